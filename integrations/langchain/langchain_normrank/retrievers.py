@@ -1,0 +1,49 @@
+"""``NormRankRetriever``: a ``VectorStoreRetriever`` with ``k``, ``alpha`` and ``filter`` as fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.vectorstores import VectorStoreRetriever
+
+__all__ = ["NormRankRetriever"]
+
+
+class NormRankRetriever(VectorStoreRetriever):
+    """Retriever over a :class:`~langchain_normrank.NormRankVectorStore`.
+
+    Search arguments are merged with increasing precedence: the fields ``k`` / ``alpha`` /
+    ``filter``, then ``search_kwargs``, then keyword arguments of ``invoke``. So both
+    ``NormRankRetriever(vectorstore=store, k=3, alpha=-0.5)`` and
+    ``store.as_retriever(search_kwargs={"k": 4, "alpha": -0.75})`` work, and
+    ``retriever.invoke(query, k=1)`` overrides per call. ``alpha=None`` means the store's default.
+    """
+
+    k: int = 4
+    alpha: float | None = None
+    filter: Any = None
+
+    def _merged(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        base: dict[str, Any] = {"k": self.k}
+        if self.alpha is not None:
+            base["alpha"] = self.alpha
+        if self.filter is not None:
+            base["filter"] = self.filter
+        return base | self.search_kwargs | kwargs
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return super()._get_relevant_documents(query, run_manager=run_manager, **self._merged(kwargs))
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return await super()._aget_relevant_documents(
+            query, run_manager=run_manager, **self._merged(kwargs)
+        )

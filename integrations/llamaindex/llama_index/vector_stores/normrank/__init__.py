@@ -1,0 +1,21 @@
+"""LlamaIndex integration of normrank: ranking by cos(q, d)·‖d‖^norm_alpha with the norm kept."""
+
+from llama_index.vector_stores.normrank._warnings import UnitNormWarning
+from llama_index.vector_stores.normrank.base import NormRankVectorStore
+from llama_index.vector_stores.normrank.embeddings import NormRankEmbedding
+from llama_index.vector_stores.normrank.ingestion import (
+    NORM_KEY,
+    NormMetadataTransform,
+    add_norm_metadata,
+)
+from llama_index.vector_stores.normrank.postprocessor import NormReweightPostprocessor
+
+__all__ = [
+    "NORM_KEY",
+    "NormMetadataTransform",
+    "NormRankEmbedding",
+    "NormRankVectorStore",
+    "NormReweightPostprocessor",
+    "UnitNormWarning",
+    "add_norm_metadata",
+]

@@ -1,0 +1,68 @@
+"""``NormRankEmbedding``: a LlamaIndex ``BaseEmbedding`` returning normrank encoders' raw vectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+
+from normrank.errors import MissingDependencyError
+
+__all__ = ["NormRankEmbedding"]
+
+
+def load_normrank_encoder(name_or_path: str) -> Any:
+    """``normrank.encoders.load_encoder(name_or_path)``, imported lazily (it pulls in torch)."""
+    try:
+        from normrank.encoders import load_encoder
+    except ImportError as e:
+        raise MissingDependencyError(
+            "normrank's encoders need the model extras: pip install 'normrank[models]'"
+        ) from e
+    return load_encoder(name_or_path)
+
+
+class NormRankEmbedding(BaseEmbedding):
+    """Raw (unnormalised) embeddings from ``normrank.encoders`` for norm-aware ranking.
+
+    ``model_name`` is anything ``normrank.encoders.load_encoder`` accepts; the model is loaded at
+    the first call. ``encoder=`` takes an already-loaded object with
+    ``encode(texts, batch_size=...) -> (n, dim)`` instead.
+    """
+
+    encode_batch_size: int = Field(default=64, description="batch size passed to the encoder")
+    _encoder: Any = PrivateAttr(default=None)
+
+    def __init__(self, model_name: str = "unknown", *, encoder: Any = None, **kwargs: Any) -> None:
+        super().__init__(model_name=model_name, **kwargs)
+        self._encoder = encoder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "NormRankEmbedding"
+
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            self._encoder = load_normrank_encoder(self.model_name)
+        return self._encoder
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        out = np.asarray(self.encoder.encode(list(texts), batch_size=self.encode_batch_size), dtype=np.float32)
+        return out.reshape(len(texts), -1).tolist()
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._encode([query])[0]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._encode([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts)

@@ -1,0 +1,38 @@
+"""normrank: norm-aware reranking for vector retrieval.
+
+``score(q, d) = cos(q, d) * ||d||**alpha`` over any FAISS index, with the raw norms kept beside
+unit vectors (paper: "Optimization Dynamics Imprint Semantic Specificity in Contrastive
+Embedding Norms", 2026).
+"""
+
+from normrank.errors import (
+    CorruptIndexError,
+    DimensionMismatchError,
+    DuplicateIdError,
+    InvalidInputError,
+    NonFiniteError,
+    NormrankError,
+    UnknownIdError,
+    ZeroNormError,
+)
+from normrank.index import NormIndex
+from normrank.scoring import norm_weighted, symmetric_score
+from normrank.topk import topk
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptIndexError",
+    "DimensionMismatchError",
+    "DuplicateIdError",
+    "InvalidInputError",
+    "NonFiniteError",
+    "NormIndex",
+    "NormrankError",
+    "UnknownIdError",
+    "ZeroNormError",
+    "__version__",
+    "norm_weighted",
+    "symmetric_score",
+    "topk",
+]

@@ -1,0 +1,73 @@
+"""Typed errors. Every error normrank raises on purpose derives from :class:`NormrankError`.
+
+The input errors also derive from ``ValueError`` / ``KeyError`` / ``TypeError`` so code written
+against plain FAISS or numpy (``except ValueError``) keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NormrankError",
+    "InvalidInputError",
+    "DimensionMismatchError",
+    "NonFiniteError",
+    "ZeroNormError",
+    "DuplicateIdError",
+    "UnknownIdError",
+    "InvalidParameterError",
+    "IndexStateError",
+    "CorruptIndexError",
+    "UnsupportedIndexError",
+    "MissingDependencyError",
+]
+
+
+class NormrankError(Exception):
+    """Base class of every error normrank raises on purpose."""
+
+
+class InvalidInputError(NormrankError, ValueError):
+    """An input array or argument is malformed (shape, dtype, emptiness)."""
+
+
+class DimensionMismatchError(InvalidInputError):
+    """Vectors do not have the index's dimension."""
+
+
+class NonFiniteError(InvalidInputError):
+    """An input contains NaN or infinity."""
+
+
+class ZeroNormError(InvalidInputError):
+    """A vector has zero (or subnormal) length, so it has no direction."""
+
+
+class DuplicateIdError(InvalidInputError):
+    """An id is repeated within a batch or is already in the index."""
+
+
+class UnknownIdError(NormrankError, KeyError):
+    """An id is not in the index."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidParameterError(InvalidInputError):
+    """A parameter (k, alpha, factory string, ...) is out of range."""
+
+
+class IndexStateError(NormrankError, RuntimeError):
+    """The operation does not fit the index's state (e.g. adding to an untrained IVF index)."""
+
+
+class CorruptIndexError(NormrankError, OSError):
+    """A saved index directory is corrupt, truncated, tampered with or of an unknown format."""
+
+
+class UnsupportedIndexError(NormrankError, TypeError):
+    """A FAISS index type normrank cannot wrap, or whose norms cannot be recovered."""
+
+
+class MissingDependencyError(NormrankError, ImportError):
+    """An optional dependency is not installed; the message gives the pip command."""

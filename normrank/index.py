@@ -1,0 +1,567 @@
+"""``NormIndex``: any FAISS inner-product index over unit vectors, plus the raw norms beside it,
+searched by ``cos(q, d) * ||d||**alpha`` (paper: ../shared/reference/paper.md, §4.3, §5.3)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import faiss
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.errors import (
+    DuplicateIdError,
+    IndexStateError,
+    InvalidInputError,
+    InvalidParameterError,
+    UnknownIdError,
+    UnsupportedIndexError,
+)
+from normrank.scoring import norm_weight
+from normrank.topk import topk, weighted_flat_search
+from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+
+__all__ = ["NormIndex"]
+
+_UNIT_TOLERANCE = 1e-4
+_WEIGHT_CACHE_SIZE = 8
+
+
+def _is_ivf(index: faiss.Index) -> bool:
+    try:
+        return faiss.extract_index_ivf(index) is not None
+    except RuntimeError:
+        return False
+
+
+def _with_ids(index: faiss.Index) -> faiss.Index:
+    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2."""
+    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
+        return index
+    if _is_ivf(index):
+        ivf = faiss.extract_index_ivf(index)
+        # reconstruct(id) on arbitrary ids needs a hash-table direct map.
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+        return index
+    return faiss.IndexIDMap2(index)
+
+
+def _flat_inner(index: faiss.Index) -> faiss.IndexFlat | None:
+    """The IndexFlat whose rows align with insertion order, or None for ANN indexes."""
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else None
+    return inner if isinstance(inner, faiss.IndexFlat) else None
+
+
+class NormIndex:
+    """Exact norm-aware search over a FAISS index: ``score(q, d) = cos(q, d) * ||d||**alpha``.
+
+    Vectors are added raw. Their unit directions go into an inner-product FAISS index and their
+    norms into a float32 array beside it; ``alpha`` is applied at search time and may differ per
+    query. ``alpha < 0`` discounts generic, high-norm documents, ``alpha = 0`` is cosine and
+    ``alpha = 1`` the raw dot product.
+
+    Construction:
+        ``NormIndex(dim, alpha=0.0, factory="Flat")`` builds ``faiss.index_factory(dim, factory,
+        METRIC_INNER_PRODUCT)`` ("Flat", "IVF1024,Flat", "HNSW32", ...);
+        ``NormIndex(faiss_index, alpha=...)`` wraps an empty inner-product index you built;
+        ``NormIndex.from_faiss(filled_index)`` wraps one that already holds vectors.
+
+    Exactness: with a flat index the ranking is exact (the same scores as numpy brute force).
+    With an ANN index (IVF, HNSW) the top ``k * k_factor`` candidates by cosine are re-scored
+    exactly; documents whose norm weight lifts them from beyond that depth are missed (see the
+    README for measured recall).
+
+    Results follow FAISS: ``(scores, ids)`` float32 and int64 of shape ``(nq, k)``, padded with
+    score ``-inf`` and id ``-1`` when fewer than ``k`` documents exist. Equal scores may come in
+    any order. Memory for a search is bounded (blocks of queries and documents).
+
+    Thread safety: all methods may be called from several threads; a search sees the index
+    either before or after a concurrent ``add`` / ``remove``, never in between.
+    """
+
+    def __init__(
+        self,
+        dim: int | faiss.Index,
+        alpha: float = 0.0,
+        *,
+        factory: str | None = "Flat",
+        k_factor: int = 10,
+    ) -> None:
+        if isinstance(dim, faiss.Index):
+            index = dim
+            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+                raise UnsupportedIndexError(
+                    "NormIndex needs an inner-product index (faiss.METRIC_INNER_PRODUCT) so that "
+                    "scores over unit vectors are cosines; use NormIndex.from_faiss for a filled L2 index"
+                )
+            if index.ntotal:
+                raise UnsupportedIndexError(
+                    f"the index already holds {index.ntotal} vectors: use NormIndex.from_faiss(index)"
+                )
+            factory = None
+        else:
+            if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+                raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
+            try:
+                index = faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT)
+            except RuntimeError as e:
+                raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
+        self._init_state(_with_ids(index), factory)
+        self.alpha = alpha
+        self.k_factor = k_factor
+
+    def _init_state(self, index: faiss.Index, factory: str | None) -> None:
+        self._index = index
+        self.factory = factory
+        self._lock = threading.RLock()
+        self._ids = np.empty(0, dtype=np.int64)
+        self._norms = np.empty(0, dtype=np.float32)
+        self._weights: np.ndarray | None = None
+        self._pos: dict[int, int] = {}
+        self._tombstones: set[int] = set()  # ids removed from indexes that cannot remove (HNSW)
+        self._next_id = 0
+        self._version = 0
+        self._weight_cache: dict[float, np.ndarray] = {}
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def alpha(self) -> float:
+        """Default exponent, used when ``search`` is called without ``alpha``."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        a = as_alpha(value, 1)
+        self._alpha = float(a[0])
+
+    @property
+    def k_factor(self) -> int:
+        """ANN indexes fetch ``k * k_factor`` cosine candidates before exact re-scoring."""
+        return self._k_factor
+
+    @k_factor.setter
+    def k_factor(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise InvalidParameterError(f"k_factor must be an integer >= 1, got {value!r}")
+        self._k_factor = int(value)
+
+    @property
+    def dim(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._ids.shape[0])
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    def __repr__(self) -> str:
+        return (
+            f"NormIndex(dim={self.dim}, ntotal={self.ntotal}, alpha={self.alpha}, "
+            f"factory={self.factory!r}, exact={self.is_exact})"
+        )
+
+    @property
+    def faiss_index(self) -> faiss.Index:
+        """The wrapped FAISS index (unit vectors). Read it; changing it directly desynchronises."""
+        return self._index
+
+    @property
+    def is_exact(self) -> bool:
+        """True when search ranks exactly (flat storage); False for ANN indexes."""
+        return _flat_inner(self._index) is not None
+
+    @property
+    def is_trained(self) -> bool:
+        return bool(self._index.is_trained)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int64 ids in storage order (a copy)."""
+        with self._lock:
+            return self._ids.copy()
+
+    @property
+    def norms(self) -> np.ndarray:
+        """float32 raw norms ``||d||`` aligned with :attr:`ids` (a copy)."""
+        with self._lock:
+            return self._norms.copy()
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The per-document values that ``alpha`` exponentiates: the norms unless set otherwise."""
+        with self._lock:
+            return (self._norms if self._weights is None else self._weights).copy()
+
+    def _positions(self, ids: np.ndarray) -> np.ndarray:
+        missing = [int(i) for i in ids if int(i) not in self._pos]
+        if missing:
+            raise UnknownIdError(f"unknown ids: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
+        return np.fromiter((self._pos[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+
+    def norm_of(self, ids: ArrayLike) -> np.ndarray:
+        """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
+        arr = np.atleast_1d(np.asarray(ids))
+        with self._lock:
+            return self._norms[self._positions(arr)]
+
+    def __contains__(self, id_: object) -> bool:
+        return isinstance(id_, int | np.integer) and int(id_) in self._pos
+
+    # -- mutation -----------------------------------------------------------------------------
+
+    def train(self, x: ArrayLike) -> None:
+        """Train the FAISS index (IVF, PQ, ...) on the unit directions of raw vectors ``x``."""
+        unit, _ = split_norms(as_vectors(x, self.dim))
+        with self._lock:
+            if self.ntotal:
+                raise IndexStateError("train before adding: the index already holds vectors")
+            try:
+                self._index.train(unit)
+            except RuntimeError as e:
+                raise IndexStateError(f"FAISS could not train the index: {e}") from e
+
+    def add(self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None) -> np.ndarray:
+        """Add raw vectors ``x`` (n, dim); returns their int64 ids.
+
+        ``ids`` default to consecutive integers after the largest id so far. An id already in
+        the index raises :class:`DuplicateIdError` (remove it first). When custom weights were
+        set with :meth:`set_weights`, ``weights`` for the new rows are required.
+        Nothing is added unless the whole batch is valid.
+        """
+        vectors = as_vectors(x, self.dim)
+        n = vectors.shape[0]
+        unit, norms = split_norms(vectors)
+        w = None if weights is None else self._check_weights(weights, n)
+        with self._lock:
+            new_ids = (
+                np.arange(self._next_id, self._next_id + n, dtype=np.int64) if ids is None else as_ids(ids, n)
+            )
+            present = [int(i) for i in new_ids if int(i) in self._pos or int(i) in self._tombstones]
+            if present:
+                raise DuplicateIdError(f"ids already in the index: {present[:10]}")
+            if self._weights is not None and w is None and n:
+                raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
+            if n == 0:
+                return new_ids
+            if not self._index.is_trained:
+                raise IndexStateError("the FAISS index is not trained: call train(x) first")
+            try:
+                self._index.add_with_ids(unit, new_ids)
+            except RuntimeError as e:
+                raise IndexStateError(f"FAISS refused the vectors: {e}") from e
+            start = self.ntotal
+            self._ids = np.concatenate([self._ids, new_ids])
+            self._norms = np.concatenate([self._norms, norms])
+            if self._weights is not None:
+                self._weights = np.concatenate([self._weights, w if w is not None else norms])
+            self._pos.update(zip(new_ids.tolist(), range(start, start + n), strict=True))
+            self._next_id = max(self._next_id, int(new_ids.max()) + 1)
+            self._changed()
+            return new_ids
+
+    def remove(self, ids: ArrayLike) -> int:
+        """Remove ``ids``; returns how many were removed. Unknown ids raise and remove nothing."""
+        arr = np.atleast_1d(np.asarray(ids))
+        with self._lock:
+            arr = as_ids(arr, arr.shape[0])
+            self._positions(arr)  # raises UnknownIdError before anything changes
+            if not arr.size:
+                return 0
+            try:
+                removed = self._index.remove_ids(faiss.IDSelectorBatch(arr))
+            except RuntimeError:
+                # HNSW cannot delete: leave the vectors in the graph and skip them in results.
+                self._tombstones.update(arr.tolist())
+                removed = arr.size
+            if removed != arr.size:
+                raise IndexStateError(f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent")
+            keep = ~np.isin(self._ids, arr)
+            self._ids = self._ids[keep]
+            self._norms = self._norms[keep]
+            if self._weights is not None:
+                self._weights = self._weights[keep]
+            self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
+            self._changed()
+            return int(arr.size)
+
+    def reset(self) -> None:
+        """Remove everything (keeps training)."""
+        with self._lock:
+            self._index.reset()
+            self._init_state(self._index, self.factory)
+
+    def _check_weights(self, weights: ArrayLike, n: int) -> np.ndarray:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (n,):
+            raise InvalidInputError(f"weights must have shape ({n},), got {w.shape}")
+        if not (np.isfinite(w).all() and (w > 0).all()):
+            raise InvalidInputError("weights must be finite and > 0 (they are raised to the power alpha)")
+        return w.astype(np.float32)
+
+    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Score by ``cos * w**alpha`` with your own per-document ``w`` (e.g. the probe's heat).
+
+        ``weights`` align with ``ids`` (default: :attr:`ids` order) and must cover every document.
+        """
+        with self._lock:
+            if ids is None:
+                w = self._check_weights(weights, self.ntotal)
+            else:
+                arr = as_ids(ids, np.asarray(ids).shape[0])
+                if arr.size != self.ntotal:
+                    raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
+                w = np.empty(self.ntotal, dtype=np.float32)
+                w[self._positions(arr)] = self._check_weights(weights, arr.size)
+            self._weights = w
+            self._changed()
+
+    def clear_weights(self) -> None:
+        """Score by the norms again."""
+        with self._lock:
+            self._weights = None
+            self._changed()
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._weight_cache.clear()
+
+    # -- search -------------------------------------------------------------------------------
+
+    def _weight_for(self, alpha: float) -> np.ndarray | None:
+        if alpha == 0:
+            return None
+        w = self._weight_cache.get(alpha)
+        if w is None:
+            if len(self._weight_cache) >= _WEIGHT_CACHE_SIZE:
+                self._weight_cache.pop(next(iter(self._weight_cache)))
+            base = self._norms if self._weights is None else self._weights
+            w = self._weight_cache[alpha] = norm_weight(base, alpha)
+        return w
+
+    def search(
+        self,
+        q: ArrayLike,
+        k: int,
+        *,
+        alpha: float | ArrayLike | None = None,
+        k_factor: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` documents by ``cos(q, d) * ||d||**alpha``.
+
+        Args:
+            q: queries ``(nq, dim)`` (or one ``(dim,)`` vector); their norms do not matter.
+            k: results per query.
+            alpha: exponent for this call (default :attr:`alpha`): a scalar or one per query.
+            k_factor: ANN over-fetch for this call (default :attr:`k_factor`); ignored when exact.
+
+        Returns:
+            ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
+            rows when fewer than ``k`` documents exist.
+        """
+        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
+        nq = queries.shape[0]
+        k = as_k(k, nq)
+        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
+        factor = self.k_factor if k_factor is None else int(k_factor)
+        if factor < 1:
+            raise InvalidParameterError(f"k_factor must be >= 1, got {k_factor!r}")
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        if nq == 0:
+            return scores, ids
+        unit_q, _ = split_norms(queries, what="queries")
+        with self._lock:
+            if self.ntotal == 0:
+                return scores, ids
+            flat = _flat_inner(self._index)
+            for a in np.unique(alphas):
+                rows = np.flatnonzero(alphas == a)
+                if flat is not None:
+                    s, pos = self._search_flat(flat, unit_q[rows], k, float(a))
+                else:
+                    s, pos = self._search_candidates(unit_q[rows], k, float(a), factor)
+                scores[rows] = s
+                ids[rows] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
+        return scores, ids
+
+    def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
+        n = flat.ntotal
+        storage = faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
+        return weighted_flat_search(storage, self._weight_for(alpha), unit_q, k)
+
+    def _search_candidates(self, unit_q: np.ndarray, k: int, alpha: float, factor: int):
+        """ANN: fetch ``k * factor`` by cosine, re-score exactly, keep the top ``k``."""
+        depth = min(self.ntotal + len(self._tombstones), k * factor)
+        cos, cand = self._index.search(unit_q, depth)
+        found = cand >= 0
+        pos = np.full(cand.shape, -1, dtype=np.int64)
+        get = self._pos.get
+        pos[found] = [get(int(i), -1) for i in cand[found]]  # tombstoned ids map to -1
+        base = self._norms if self._weights is None else self._weights
+        weight = norm_weight(base, alpha)[np.maximum(pos, 0)]
+        rescored = np.where(pos >= 0, cos * weight, -np.inf).astype(np.float32)
+        s, col = topk(rescored, k)
+        picked = np.where(col >= 0, np.take_along_axis(pos, np.maximum(col, 0), axis=1), -1)
+        s[picked < 0] = -np.inf
+        return s, picked
+
+    # -- reconstruction -----------------------------------------------------------------------
+
+    def reconstruct(self, id_: int) -> np.ndarray:
+        """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
+        with self._lock:
+            pos = int(self._positions(np.asarray([id_]))[0])
+            try:
+                unit = self._index.reconstruct(int(id_))
+            except RuntimeError as e:
+                raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
+            return (unit * self._norms[pos]).astype(np.float32)
+
+    # -- wrapping an existing index -----------------------------------------------------------
+
+    @classmethod
+    def from_faiss(
+        cls, index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
+    ) -> NormIndex:
+        """Wrap an index that already holds vectors.
+
+        Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
+        flat index, IndexIVFFlat), their norms kept and the vectors replaced by unit vectors in a
+        new inner-product index of the same kind; ``index`` itself is left untouched.
+
+        With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
+        hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
+        as is.
+        """
+        ids, inner = _stored_ids(index)
+        if norms is not None:
+            n = np.asarray(norms, dtype=np.float64)
+            if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
+                raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
+            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+                raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
+            if "Gpu" in type(index).__name__:
+                index = faiss.index_gpu_to_cpu(index)
+            out = cls.__new__(cls)
+            wrapped = index if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap) or _is_ivf(index) else None
+            if wrapped is None:
+                if not np.array_equal(ids, np.arange(index.ntotal)):
+                    raise UnsupportedIndexError("cannot wrap this index type with custom ids")
+                wrapped = faiss.IndexIDMap2(index)
+                faiss.copy_array_to_vector(ids, wrapped.id_map)
+                wrapped.ntotal = index.ntotal
+                wrapped.construct_rev_map()
+            out._init_state(wrapped, None)
+            out.alpha, out.k_factor = alpha, k_factor
+            out._set_contents(ids, n.astype(np.float32))
+            return out
+        raw = _raw_vectors(index, inner)
+        _, raw_norms = split_norms(raw, what="stored vectors")
+        if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
+            raise UnsupportedIndexError(
+                "the stored vectors are already unit length, so their raw norms are lost: "
+                "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
+            )
+        if _is_ivf(inner):
+            ivf = faiss.extract_index_ivf(inner)
+            fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(index.d), index.d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
+            fresh.nprobe = ivf.nprobe
+            out = cls(fresh, alpha=alpha, k_factor=k_factor)
+            out.train(raw)
+            factory = f"IVF{ivf.nlist},Flat"
+        else:
+            out = cls(index.d, alpha=alpha, factory="Flat", k_factor=k_factor)
+            factory = "Flat"
+        out.add(raw, ids)
+        out.factory = factory
+        return out
+
+    def _set_contents(self, ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None = None) -> None:
+        self._ids = ids.astype(np.int64)
+        self._norms = norms.astype(np.float32)
+        self._weights = None if weights is None else weights.astype(np.float32)
+        self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
+        if len(self._pos) != self._ids.size:
+            raise DuplicateIdError("the index holds duplicate ids")
+        self._next_id = int(self._ids.max()) + 1 if self._ids.size else 0
+        self._changed()
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to directory ``path`` atomically: a crash leaves the previous save loadable.
+
+        Layout: ``manifest.json`` (format version, dim, alpha, count, factory, SHA-256 and size
+        of every file) naming one generation folder with ``index.faiss`` (FAISS's own format),
+        ``ids.npy`` and ``norms.npy`` (and ``weights.npy``). No pickle.
+        """
+        from normrank.persistence import save_index
+
+        with self._lock:
+            save_index(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NormIndex:
+        """Load a directory written by :meth:`save`, verifying sizes and checksums first.
+
+        Raises :class:`normrank.errors.CorruptIndexError` for a corrupt, truncated, tampered or
+        unknown-format directory.
+        """
+        from normrank.persistence import load_index
+
+        return load_index(cls, path)
+
+
+def _stored_ids(index: faiss.Index) -> tuple[np.ndarray, faiss.Index]:
+    """The ids of a filled index in storage order, and the index beneath any id map."""
+    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
+        return faiss.vector_to_array(index.id_map).astype(np.int64), faiss.downcast_index(index.index)
+    if _is_ivf(index):
+        ivf = faiss.extract_index_ivf(index)
+        lists = ivf.invlists
+        parts = [
+            faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
+            for i in range(ivf.nlist)
+            if lists.list_size(i)
+        ]
+        return (np.concatenate(parts) if parts else np.empty(0, np.int64)).astype(np.int64), index
+    return np.arange(index.ntotal, dtype=np.int64), index
+
+
+def _raw_vectors(index: faiss.Index, inner: faiss.Index) -> np.ndarray:
+    """The stored float32 vectors, in the order of :func:`_stored_ids`, where FAISS keeps them raw."""
+    if "Gpu" in type(inner).__name__:
+        raise UnsupportedIndexError(
+            "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
+        )
+    if isinstance(inner, faiss.IndexFlat):
+        return faiss.rev_swig_ptr(inner.get_xb(), inner.ntotal * inner.d).reshape(-1, inner.d).copy()
+    if _is_ivf(inner) and isinstance(faiss.extract_index_ivf(inner), faiss.IndexIVFFlat):
+        ivf = faiss.extract_index_ivf(inner)
+        lists = ivf.invlists
+        parts = []
+        for i in range(ivf.nlist):
+            size = lists.list_size(i)
+            if size:
+                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
+                parts.append(codes.view(np.float32).reshape(size, ivf.d).copy())
+        return np.concatenate(parts) if parts else np.empty((0, ivf.d), np.float32)
+    raise UnsupportedIndexError(
+        f"{type(inner).__name__} does not keep raw vectors (compressed codes or a graph), so the norms "
+        "cannot be recovered: pass norms=... to NormIndex.from_faiss"
+    )
+
+
+def _state_arrays(index: NormIndex) -> dict[str, Any]:
+    """What persistence writes besides the FAISS file."""
+    arrays = {"ids": index._ids, "norms": index._norms}
+    if index._weights is not None:
+        arrays["weights"] = index._weights
+    if index._tombstones:
+        arrays["tombstones"] = np.array(sorted(index._tombstones), dtype=np.int64)
+    return arrays

@@ -1,0 +1,402 @@
+"""Atomic, checksummed, pickle-free saving and loading of a :class:`NormIndex`.
+
+A saved index is a directory::
+
+    manifest.json          format version, dim, alpha, count, and size + SHA-256 of each file
+    gen-<id>/index.faiss   the FAISS index over unit vectors, in FAISS's own format
+    gen-<id>/ids.npy       int64 ids
+    gen-<id>/norms.npy     float32 raw norms
+    gen-<id>/weights.npy   float32 custom weights (only when set)
+
+Saving writes a new generation folder, fsyncs it, then replaces ``manifest.json`` with one
+``os.replace``; older generations are deleted only after that. A crash at any point leaves a
+manifest that names a complete generation, so the previous (or the new) save loads.
+Loading trusts nothing: names come from a fixed set, no symlinks are followed, sizes and
+checksums are verified before any file is parsed, and ``.npy`` headers are read by hand so
+no pickle can run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import faiss
+import numpy as np
+
+from normrank.errors import CorruptIndexError, InvalidInputError
+
+if TYPE_CHECKING:
+    from normrank.index import NormIndex
+
+__all__ = ["FORMAT_VERSION", "load_index", "save_index"]
+
+FORMAT = "normrank-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_MAX_MANIFEST_BYTES = 1 << 20
+_GENERATION = re.compile(r"^gen-[0-9a-f]{32}$")
+# Only names a save itself creates are ever deleted: a save into a folder holding other files
+# must not touch them.
+_DEBRIS = re.compile(r"^(gen-[0-9a-f]{32}(\.tmp)?|manifest\.json\.[0-9a-f]{32}\.tmp)$")
+_LOCK = ".normrank.lock"
+# The exact header numpy's write_array_header_1_0 emits for a 1-D C-order array. Parsing it with a
+# regex instead of ast.literal_eval means a hostile header cannot exhaust the parser.
+_NPY_HEADER = re.compile(
+    rb"^\{'descr': '([<>|=]?[a-zA-Z][0-9]{0,3})', 'fortran_order': (True|False), "
+    rb"'shape': \(([0-9]{1,19}),\), \} *\n$"
+)
+_LOAD_RETRIES = 5
+# file name -> expected dtype; nothing outside this set is ever opened.
+_ARRAYS = {"ids.npy": "<i8", "norms.npy": "<f4", "weights.npy": "<f4", "tombstones.npy": "<i8"}
+_FAISS_FILE = "index.faiss"
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> dict[str, Any]:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _npy_bytes(arr: np.ndarray, dtype: str) -> bytes:
+    a = np.ascontiguousarray(arr, dtype=np.dtype(dtype))
+    bio = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        bio, {"descr": a.dtype.str, "fortran_order": False, "shape": a.shape}
+    )
+    return bio.getvalue() + a.tobytes()
+
+
+def save_index(index: NormIndex, path: str | os.PathLike[str]) -> None:
+    """Write ``index`` to directory ``path`` atomically (see the module docstring)."""
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise InvalidInputError(f"{root} exists and is not a directory")
+    root.mkdir(parents=True, exist_ok=True)
+    with _save_lock(root):
+        _save_locked(index, root)
+
+
+@contextlib.contextmanager
+def _save_lock(root: Path):
+    """Serialise saves into one directory (across processes) so that one save's clean-up never
+    deletes the generation another save is about to commit."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; concurrent saves into one directory are unsupported
+        yield
+        return
+    fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock, also when the process dies
+
+
+def _save_locked(index: NormIndex, root: Path) -> None:
+    from normrank.index import _state_arrays
+
+    generation = f"gen-{uuid.uuid4().hex}"
+    staging = root / f"{generation}.tmp"
+    staging.mkdir()
+    faiss_index = index.faiss_index
+    if "Gpu" in type(faiss_index).__name__:
+        faiss_index = faiss.index_gpu_to_cpu(faiss_index)
+    files = {_FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())}
+    for name, arr in _state_arrays(index).items():
+        fname = f"{name}.npy"
+        files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
+    _fsync_dir(staging)
+    os.rename(staging, root / generation)
+    _fsync_dir(root)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generation": generation,
+        "dim": index.dim,
+        "count": index.ntotal,
+        "alpha": index.alpha,
+        "k_factor": index.k_factor,
+        "factory": index.factory,
+        "faiss_type": type(faiss_index).__name__,
+        "tombstones": len(index._tombstones),
+        "files": files,
+    }
+    tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
+    _write_file(tmp, json.dumps(manifest, indent=2).encode())
+    os.replace(tmp, root / MANIFEST)  # the commit point
+    _fsync_dir(root)
+    for entry in root.iterdir():  # older generations and debris of interrupted saves
+        if entry.name != generation and _DEBRIS.match(entry.name):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of directory ``path`` itself, refusing a symlink in its place."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise CorruptIndexError(f"{path} is not a directory (symlinks are not followed)")
+        return os.open(path, flags)
+    except FileNotFoundError as e:
+        raise CorruptIndexError(f"{path} is missing") from e
+    except OSError as e:
+        raise CorruptIndexError(f"cannot open {path}: {e}") from e
+
+
+def _read_regular(dir_fd: int, name: str, expected_size: int | None, limit: int | None = None) -> bytes:
+    """Read regular file ``name`` inside the directory ``dir_fd``, not following symlinks,
+    refusing a size other than ``expected_size`` (or above ``limit``) before reading a byte."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError as e:
+        raise CorruptIndexError(f"missing file {name}") from e
+    except OSError as e:  # ELOOP: a symlink
+        raise CorruptIndexError(
+            f"{name} cannot be opened as a regular file (symlinks are not followed): {e}"
+        ) from e
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())  # of what was opened, so nothing can be swapped in between
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptIndexError(f"{name} is not a regular file")
+        if expected_size is not None and st.st_size != expected_size:
+            raise CorruptIndexError(
+                f"{name} has {st.st_size} bytes, the manifest says {expected_size} (truncated?)"
+            )
+        if limit is not None and st.st_size > limit:
+            raise CorruptIndexError(f"{name} is {st.st_size} bytes, more than the {limit} allowed")
+        data = f.read(st.st_size + 1)
+    if len(data) != st.st_size:
+        raise CorruptIndexError(f"{name} changed while it was read")
+    return data
+
+
+def _parse_npy(data: bytes, name: str, count: int) -> np.ndarray:
+    """Parse ``.npy`` bytes of an expected dtype and length without ``np.load``."""
+    if len(data) < 10 or data[:6] != b"\x93NUMPY":
+        raise CorruptIndexError(f"{name} is not a .npy file")
+    if data[6:8] != b"\x01\x00":  # save writes version 1.0 only
+        raise CorruptIndexError(f"{name}: unsupported .npy version {data[6]}.{data[7]}")
+    hlen = int.from_bytes(data[8:10], "little")
+    if 10 + hlen > len(data):
+        raise CorruptIndexError(f"{name}: .npy header length {hlen} runs past the end of the file")
+    header = _NPY_HEADER.match(data[10 : 10 + hlen])
+    if header is None:
+        raise CorruptIndexError(f"{name}: the .npy header is not a plain 1-D array header")
+    descr, fortran, shape = header.group(1).decode(), header.group(2), int(header.group(3))
+    if descr != _ARRAYS[name] or fortran != b"False":
+        raise CorruptIndexError(f"{name}: dtype {descr!r}, expected {_ARRAYS[name]!r}")
+    if shape != count:
+        raise CorruptIndexError(f"{name}: shape ({shape},), the manifest says ({count},)")
+    body = data[10 + hlen :]
+    itemsize = np.dtype(_ARRAYS[name]).itemsize
+    if len(body) != count * itemsize:
+        raise CorruptIndexError(f"{name}: {len(body)} data bytes for {count} values")
+    return np.frombuffer(body, dtype=_ARRAYS[name]).copy()
+
+
+def _count(m: dict[str, Any], key: str, minimum: int = 0) -> int:
+    v = m.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum or v >= 1 << 62:
+        raise CorruptIndexError(f"bad {key!r} in the manifest: {str(v)[:40]!r}")
+    return v
+
+
+def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
+    raw = _read_regular(root_fd, MANIFEST, None, limit=_MAX_MANIFEST_BYTES)
+    try:
+        m = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise CorruptIndexError(f"{root / MANIFEST} is not valid JSON ({type(e).__name__})") from e
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise CorruptIndexError(f"{root} is not a normrank index (no {FORMAT!r} manifest)")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise CorruptIndexError(
+            f"unknown format version {str(m.get('format_version'))[:40]!r}; "
+            f"this normrank reads {FORMAT_VERSION}"
+        )
+    generation = m.get("generation")
+    files = m.get("files")
+    if not isinstance(generation, str) or not _GENERATION.match(generation):
+        raise CorruptIndexError(f"bad generation name {str(generation)[:80]!r} in the manifest")
+    if not isinstance(files, dict) or not set(files) <= {_FAISS_FILE, *_ARRAYS}:
+        shown = sorted(str(f)[:80] for f in files)[:10] if isinstance(files, dict) else type(files).__name__
+        raise CorruptIndexError(f"the manifest names unexpected files: {shown}")
+    for name in (_FAISS_FILE, "ids.npy", "norms.npy"):
+        if name not in files:
+            raise CorruptIndexError(f"the manifest lacks {name}")
+    for name, meta in files.items():
+        ok = (
+            isinstance(meta, dict)
+            and isinstance(meta.get("bytes"), int)
+            and not isinstance(meta["bytes"], bool)
+        )
+        if not ok or not 0 <= meta["bytes"] < 1 << 62 or not isinstance(meta.get("sha256"), str):
+            raise CorruptIndexError(f"bad manifest entry for {name}")
+    _count(m, "dim", 1)
+    _count(m, "count")
+    alpha = m.get("alpha")
+    try:
+        finite = (
+            isinstance(alpha, int | float) and not isinstance(alpha, bool) and math.isfinite(float(alpha))
+        )
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise CorruptIndexError("bad 'alpha' in the manifest")
+    return m
+
+
+def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
+    """Read a directory written by :func:`save_index`; every inconsistency is a CorruptIndexError.
+
+    A save running concurrently in another process may delete the generation a load is reading;
+    the load then re-reads the manifest and tries the new generation (a few times).
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise CorruptIndexError(f"{root} is not a directory")
+    for attempt in range(_LOAD_RETRIES):
+        root_fd = _open_dir(root)
+        try:
+            m = _manifest(root_fd, root)
+            try:
+                return _load_generation(cls, root, root_fd, m)
+            except CorruptIndexError:
+                if attempt + 1 == _LOAD_RETRIES:
+                    raise
+                try:
+                    moved_on = _manifest(root_fd, root)["generation"] != m["generation"]
+                except CorruptIndexError:
+                    moved_on = False
+                if not moved_on:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        finally:
+            os.close(root_fd)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str, Any]) -> NormIndex:
+    try:
+        gen_fd = os.open(
+            m["generation"],
+            os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0),
+            dir_fd=root_fd,
+        )
+    except OSError as e:  # missing, a symlink (ELOOP / ENOTDIR) or a file
+        raise CorruptIndexError(
+            f"{root / m['generation']} is missing or not a directory: {e.strerror}"
+        ) from e
+    blobs = {}
+    try:
+        for name, meta in m["files"].items():
+            data = _read_regular(gen_fd, name, meta["bytes"])
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise CorruptIndexError(f"checksum mismatch in {name}: the file is corrupt or was modified")
+            blobs[name] = data
+    finally:
+        os.close(gen_fd)
+    count = m["count"]
+    ids = _parse_npy(blobs["ids.npy"], "ids.npy", count)
+    norms = _parse_npy(blobs["norms.npy"], "norms.npy", count)
+    weights = _parse_npy(blobs["weights.npy"], "weights.npy", count) if "weights.npy" in blobs else None
+    tombstones = np.empty(0, np.int64)
+    if "tombstones.npy" in blobs:
+        tombstones = _parse_npy(blobs["tombstones.npy"], "tombstones.npy", _count(m, "tombstones"))
+    if not (np.isfinite(norms).all() and (norms > 0).all()):
+        raise CorruptIndexError("norms.npy holds non-finite or non-positive norms")
+    if weights is not None and not (np.isfinite(weights).all() and (weights > 0).all()):
+        raise CorruptIndexError("weights.npy holds non-finite or non-positive weights")
+    if (ids < 0).any() or (tombstones < 0).any():
+        raise CorruptIndexError("ids.npy or tombstones.npy holds negative ids")
+    if np.unique(tombstones).size != tombstones.size or np.isin(tombstones, ids).any():
+        raise CorruptIndexError("tombstones.npy repeats an id or names a live id")
+    from normrank.faiss_io import read_faiss_index
+
+    index = read_faiss_index(blobs[_FAISS_FILE], dim=m["dim"], count=count + tombstones.size)
+    del blobs
+    stored = _faiss_ids(index)
+    if stored is not None:
+        live = stored[~np.isin(stored, tombstones)] if tombstones.size else stored
+        same = np.array_equal(live, ids) if _is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
+        if not same or live.size != stored.size - tombstones.size:
+            raise CorruptIndexError("ids.npy does not match the ids inside index.faiss")
+    out = cls.__new__(cls)
+    out._init_state(index, m.get("factory") if isinstance(m.get("factory"), str) else None)
+    out.alpha = float(m["alpha"])
+    kf = m.get("k_factor", 10)
+    out.k_factor = kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10
+    try:
+        out._set_contents(ids, norms, weights)
+    except Exception as e:
+        raise CorruptIndexError(f"inconsistent ids: {e}") from e
+    out._tombstones = set(tombstones.tolist())
+    if out._tombstones and out._next_id <= max(out._tombstones):
+        out._next_id = max(out._tombstones) + 1
+    return out
+
+
+def _is_idmap(index: faiss.Index) -> bool:
+    return isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap)
+
+
+def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
+    """The ids stored inside ``index`` (id map or IVF lists), or None where it keeps none.
+
+    For IVF the id -> (list, offset) direct map is rebuilt from the lists rather than trusted
+    from the file: ``reconstruct`` follows it without bounds checks.
+    """
+    if _is_idmap(index):
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+    lists = ivf.invlists
+    parts = []
+    for i in range(ivf.nlist):
+        size = lists.list_size(i)
+        if size:
+            parts.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
+    stored = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+    if stored.size != index.ntotal:
+        raise CorruptIndexError("index.faiss: the IVF lists do not hold ntotal vectors")
+    if stored.size and (stored.min() < 0 or np.unique(stored).size != stored.size):
+        raise CorruptIndexError("index.faiss: the IVF lists hold negative or repeated ids")
+    try:
+        kind = ivf.direct_map.type
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)
+        ivf.set_direct_map_type(kind if kind != faiss.DirectMap.NoMap else faiss.DirectMap.Hashtable)
+    except RuntimeError as e:
+        raise CorruptIndexError(f"index.faiss: cannot rebuild the IVF direct map: {e}") from e
+    return stored

@@ -1,0 +1,77 @@
+"""Norm-aware scores as small pure functions (paper: ../shared/reference/paper.md, §4.3).
+
+Each takes cosine similarities that were already computed (by FAISS, a matmul or another store)
+and re-weights them; none of them searches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.errors import InvalidParameterError
+
+__all__ = ["norm_weight", "norm_weighted", "symmetric_score"]
+
+
+def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
+    """A scalar alpha stays a float; one alpha per query becomes a column for broadcasting."""
+    a = np.asarray(alpha, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        raise InvalidParameterError(f"alpha must be finite, got {alpha!r}")
+    if a.ndim == 0:
+        return float(a)
+    if a.ndim != 1 or n_rows is None or a.shape[0] != n_rows:
+        raise InvalidParameterError(
+            f"alpha must be a scalar or have one value per query ({n_rows}), got shape {a.shape}"
+        )
+    return a[:, None]
+
+
+def norm_weight(norms: ArrayLike, alpha: float) -> np.ndarray:
+    """``norms ** alpha`` as float32, with ``alpha == 0`` giving exact ones."""
+    n = np.asarray(norms, dtype=np.float64)
+    if alpha == 0:
+        return np.ones(n.shape, dtype=np.float32)
+    return np.power(n, alpha).astype(np.float32)
+
+
+def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndarray:
+    """Norm-weighted score ``cos(q, d) * ||d||**alpha``.
+
+    Args:
+        cos: cosine similarities, shape ``(n,)`` for one query or ``(nq, n)``.
+        norms: raw document norms ``||d||``, shape ``(n,)``, all > 0.
+        alpha: one exponent, or one per query (shape ``(nq,)``). ``alpha < 0`` discounts
+            generic, high-norm documents; 0 is cosine; 1 is the raw dot product.
+
+    Returns:
+        float32 array of the shape of ``cos``.
+    """
+    c = np.asarray(cos, dtype=np.float32)
+    d = np.asarray(norms, dtype=np.float64)
+    a = _alpha_column(alpha, c.shape[0] if c.ndim == 2 else None)
+    if np.isscalar(a):
+        return (c * norm_weight(d, a)).astype(np.float32, copy=False)
+    return (c * np.power(d[None, :], a)).astype(np.float32)
+
+
+def symmetric_score(cos: ArrayLike, q_norms: ArrayLike, d_norms: ArrayLike, gamma: float) -> np.ndarray:
+    """Symmetric calibration score ``cos * ||q||**-gamma * ||d||**-gamma`` (paper eq. 4.20).
+
+    Args:
+        cos: ``(nq, n)`` cosine similarities.
+        q_norms: ``(nq,)`` query norms.
+        d_norms: ``(n,)`` document norms.
+        gamma: discount exponent; ``gamma > 0`` discounts high-norm inputs, 0 is cosine,
+            -1 is the dot product.
+    """
+    g = float(gamma)
+    if not np.isfinite(g):
+        raise InvalidParameterError(f"gamma must be finite, got {gamma!r}")
+    c = np.asarray(cos, dtype=np.float32)
+    qn = np.asarray(q_norms, dtype=np.float64)
+    dn = np.asarray(d_norms, dtype=np.float64)
+    if c.ndim == 2:
+        qn = qn[:, None]
+    return (c * np.power(qn, -g) * np.power(dn, -g)).astype(np.float32)

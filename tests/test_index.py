@@ -1,0 +1,308 @@
+"""NormIndex against numpy brute force and against FAISS itself."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+from conftest import assert_same_topk, brute_force, clustered
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import normrank
+from normrank import NormIndex
+from normrank.errors import (
+    CorruptIndexError,
+    DimensionMismatchError,
+    DuplicateIdError,
+    IndexStateError,
+    NonFiniteError,
+    NormrankError,
+    UnknownIdError,
+    UnsupportedIndexError,
+    ZeroNormError,
+)
+
+ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    dim=st.integers(1, 40),
+    n=st.integers(1, 300),
+    k=st.integers(1, 40),
+    alpha=st.floats(-2.0, 1.0, allow_nan=False),
+    seed=st.integers(0, 2**31 - 1),
+    custom_ids=st.booleans(),
+)
+def test_search_equals_numpy_brute_force(dim, n, k, alpha, seed, custom_ids):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(n, dim)) * rng.lognormal(0, 0.7, size=(n, 1))).astype(np.float32)
+    x[np.linalg.norm(x, axis=1) < 1e-3] += 1.0
+    q = rng.normal(size=(7, dim)).astype(np.float32) + 0.01
+    ids = rng.choice(10 * n + 5, size=n, replace=False).astype(np.int64) if custom_ids else None
+    index = NormIndex(dim, alpha=alpha)
+    index.add(x, ids)
+    got_s, got_i = index.search(q, k)
+    ref, ref_ids = brute_force(x, q, alpha, ids)
+    assert got_s.dtype == np.float32 and got_i.dtype == np.int64 and got_s.shape == (7, k)
+    assert_same_topk(ref, ref_ids, got_s, got_i, k, tol=2e-5)
+
+
+def test_done_when_20k_clustered(rng):
+    x = clustered(20_000, 64, rng)
+    q = clustered(200, 64, rng)
+    index = NormIndex(64)
+    index.add(x)
+    for a in ALPHAS:
+        s, i = index.search(q, 10, alpha=a)
+        ref, ids = brute_force(x, q, a)
+        assert_same_topk(ref, ids, s, i, 10)
+
+
+def test_alpha_zero_is_faiss_cosine_and_alpha_one_is_faiss_dot(rng):
+    x = clustered(3000, 32, rng)
+    q = rng.normal(size=(50, 32)).astype(np.float32)
+    index = NormIndex(32)
+    index.add(x)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    qu = q / np.linalg.norm(q, axis=1, keepdims=True)
+    cos_ref = faiss.IndexFlatIP(32)
+    cos_ref.add(unit)
+    d0, i0 = cos_ref.search(qu, 10)
+    s, i = index.search(q, 10, alpha=0.0)
+    np.testing.assert_array_equal(i, i0)
+    np.testing.assert_allclose(s, d0, rtol=1e-5, atol=1e-6)
+    dot_ref = faiss.IndexFlatIP(32)
+    dot_ref.add(x)
+    d1, i1 = dot_ref.search(qu, 10)
+    s, i = index.search(q, 10, alpha=1.0)
+    np.testing.assert_array_equal(i, i1)
+    np.testing.assert_allclose(s, d1, rtol=1e-4)
+
+
+def test_per_query_alpha_equals_separate_calls(rng):
+    x = clustered(2000, 16, rng)
+    q = rng.normal(size=(6, 16)).astype(np.float32)
+    alphas = np.array([-1.0, 0.0, 0.5, -1.0, 1.0, -0.3])
+    index = NormIndex(16, alpha=0.25)
+    index.add(x)
+    s, i = index.search(q, 5, alpha=alphas)
+    for row, a in enumerate(alphas):
+        s1, i1 = index.search(q[row : row + 1], 5, alpha=a)
+        np.testing.assert_array_equal(i[row], i1[0])
+        np.testing.assert_allclose(s[row], s1[0], rtol=1e-6)
+    # the default alpha is used when none is given
+    np.testing.assert_array_equal(index.search(q, 5)[1], index.search(q, 5, alpha=0.25)[1])
+
+
+def test_padding_when_fewer_than_k(rng):
+    index = NormIndex(4)
+    index.add(rng.normal(size=(3, 4)))
+    s, i = index.search(rng.normal(size=(2, 4)), 5)
+    assert (i[:, 3:] == -1).all() and np.isneginf(s[:, 3:]).all()
+    assert (i[:, :3] >= 0).all()
+    empty = NormIndex(4)
+    s, i = empty.search(rng.normal(size=(2, 4)), 3)
+    assert (i == -1).all()
+
+
+def test_add_remove_reconstruct_norms(rng):
+    x = clustered(500, 8, rng)
+    index = NormIndex(8)
+    ids = index.add(x, np.arange(500) * 3)
+    assert len(index) == 500 and index.ntotal == 500 and index.dim == 8
+    np.testing.assert_allclose(index.norm_of([0, 3, 6]), np.linalg.norm(x[:3], axis=1), rtol=1e-6)
+    np.testing.assert_allclose(index.reconstruct(9), x[3], rtol=1e-5, atol=1e-6)
+    assert index.remove(ids[:100]) == 100
+    _, got = index.search(x[:100], 3)
+    assert not np.isin(got, ids[:100]).any()
+    with pytest.raises(UnknownIdError):
+        index.remove([ids[0], ids[200]])  # one unknown: nothing removed
+    assert len(index) == 400 and ids[200] in index
+    with pytest.raises(DuplicateIdError):
+        index.add(x[:1], [ids[300]])
+    # the remaining rows still rank exactly
+    ref, ref_ids = brute_force(x[100:], x[:20], -0.5, ids[100:])
+    s, i = index.search(x[:20], 10, alpha=-0.5)
+    assert_same_topk(ref, ref_ids, s, i, 10)
+
+
+def test_bad_input_is_rejected_and_changes_nothing(rng):
+    index = NormIndex(4)
+    index.add(rng.normal(size=(10, 4)))
+    before = index.ids, index.norms
+    bad_calls = [
+        (ZeroNormError, lambda: index.add(np.array([[1.0, 0, 0, 0], [0, 0, 0, 0]]))),
+        (NonFiniteError, lambda: index.add(np.array([[np.nan, 0, 0, 1.0]]))),
+        (NonFiniteError, lambda: index.add(np.array([[1e300, 0, 0, 1.0]]))),  # float64 beyond float32
+        (DimensionMismatchError, lambda: index.add(np.ones((2, 5)))),
+        (DuplicateIdError, lambda: index.add(np.ones((2, 4)), [50, 50])),
+        (NormrankError, lambda: index.add(np.ones((2, 4)), [-1, 3])),
+        (NormrankError, lambda: index.search(np.ones((1, 4)), 0)),
+        (NormrankError, lambda: index.search(np.ones((2, 4)), 3, alpha=[0.1, 0.2, 0.3])),
+        (NormrankError, lambda: index.search(np.ones((2, 4)), 3, alpha=np.inf)),
+        (ZeroNormError, lambda: index.search(np.zeros((1, 4)), 3)),
+    ]
+    for err, call in bad_calls:
+        with pytest.raises(err):
+            call()
+    np.testing.assert_array_equal(index.ids, before[0])
+    np.testing.assert_array_equal(index.norms, before[1])
+    # lists and float16 / float64 are converted, not rejected
+    index.add([[1.0, 2.0, 3.0, 4.0]])
+    index.add(np.ones((1, 4), dtype=np.float16))
+    assert len(index) == 12
+
+
+def test_save_load_roundtrip_and_flipped_byte(tmp_path, rng):
+    x = clustered(1000, 16, rng)
+    index = NormIndex(16, alpha=-0.75)
+    index.add(x, np.arange(1000) + 7)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert loaded.alpha == -0.75 and len(loaded) == 1000
+    q = rng.normal(size=(20, 16))
+    for a in ALPHAS:
+        np.testing.assert_array_equal(loaded.search(q, 10, alpha=a)[1], index.search(q, 10, alpha=a)[1])
+    norms_file = next((tmp_path / "ix").glob("gen-*/norms.npy"))
+    data = bytearray(norms_file.read_bytes())
+    data[-5] ^= 0x01
+    norms_file.write_bytes(bytes(data))
+    with pytest.raises(NormrankError):
+        NormIndex.load(tmp_path / "ix")
+    norms_file.write_bytes(bytes(data[:-8]))
+    with pytest.raises(CorruptIndexError):
+        NormIndex.load(tmp_path / "ix")
+
+
+def test_from_faiss_flat_l2_ranks_as_direct_add(rng):
+    x = clustered(4000, 24, rng)
+    q = rng.normal(size=(50, 24)).astype(np.float32)
+    l2 = faiss.IndexFlatL2(24)
+    l2.add(x)
+    wrapped = NormIndex.from_faiss(l2)
+    direct = NormIndex(24)
+    direct.add(x)
+    assert l2.ntotal == 4000  # the user's index is untouched
+    for a in ALPHAS:
+        ws, wi = wrapped.search(q, 10, alpha=a)
+        ds, di = direct.search(q, 10, alpha=a)
+        np.testing.assert_array_equal(wi, di)
+        np.testing.assert_allclose(ws, ds, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["ip", "idmap2", "ivfflat"])
+def test_from_faiss_recovers_norms(kind, rng):
+    x = clustered(3000, 16, rng)
+    ids = np.arange(3000, dtype=np.int64) * 2 + 1
+    if kind == "ip":
+        src, ids = faiss.IndexFlatIP(16), np.arange(3000)
+        src.add(x)
+    elif kind == "idmap2":
+        src = faiss.IndexIDMap2(faiss.IndexFlatL2(16))
+        src.add_with_ids(x, ids)
+    else:
+        src = faiss.IndexIVFFlat(faiss.IndexFlatL2(16), 16, 8)
+        src.train(x)
+        src.add_with_ids(x, ids)
+    wrapped = NormIndex.from_faiss(src)
+    assert len(wrapped) == 3000
+    np.testing.assert_allclose(wrapped.norm_of(ids[:50]), np.linalg.norm(x[:50], axis=1), rtol=1e-5)
+    if kind != "ivfflat":  # flat results are exact
+        q = rng.normal(size=(10, 16))
+        ref, ref_ids = brute_force(x, q, -1.0, ids)
+        s, i = wrapped.search(q, 10, alpha=-1.0)
+        assert_same_topk(ref, ref_ids, s, i, 10)
+    else:
+        assert not wrapped.is_exact
+
+
+def test_from_faiss_refuses_what_it_cannot_recover(rng):
+    x = clustered(2000, 16, rng)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cos_index = faiss.IndexFlatIP(16)
+    cos_index.add(unit)
+    with pytest.raises(UnsupportedIndexError, match="norms="):
+        NormIndex.from_faiss(cos_index)
+    pq = faiss.index_factory(16, "PQ4", faiss.METRIC_INNER_PRODUCT)
+    pq.train(unit)
+    pq.add(unit)
+    with pytest.raises(UnsupportedIndexError, match="norms="):
+        NormIndex.from_faiss(pq)
+    # with the norms passed in, a cosine index is wrapped as is
+    wrapped = NormIndex.from_faiss(cos_index, norms=np.linalg.norm(x, axis=1))
+    s, i = wrapped.search(x[:5], 10, alpha=-0.5)
+    ref, ids = brute_force(x, x[:5], -0.5)
+    assert_same_topk(ref, ids, s, i, 10, tol=1e-4)
+
+
+def test_wrap_empty_user_index_and_ivf_needs_training(rng):
+    x = clustered(2000, 16, rng)
+    index = NormIndex(faiss.IndexFlatIP(16), alpha=-1.0)
+    index.add(x)
+    assert index.is_exact
+    with pytest.raises(UnsupportedIndexError):
+        NormIndex(faiss.IndexFlatL2(16))
+    ivf = NormIndex(16, factory="IVF8,Flat")
+    with pytest.raises(IndexStateError):
+        ivf.add(x)
+    ivf.train(x)
+    ivf.add(x)
+    assert len(ivf) == 2000
+    with pytest.raises(NormrankError):
+        NormIndex(16, factory="NoSuchIndex")
+
+
+def test_custom_weights_replace_norms(rng):
+    x = clustered(1000, 8, rng)
+    w = rng.lognormal(0, 1, size=1000)
+    index = NormIndex(8)
+    index.add(x)
+    index.set_weights(w)
+    q = rng.normal(size=(10, 8))
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ unit.T
+    ref = cos * w**-0.8
+    s, i = index.search(q, 10, alpha=-0.8)
+    assert_same_topk(ref, np.arange(1000), s, i, 10)
+    index.clear_weights()
+    ref, ids = brute_force(x, q, -0.8)
+    assert_same_topk(ref, ids, *index.search(q, 10, alpha=-0.8), 10)
+
+
+def test_scoring_functions(rng):
+    cos = rng.uniform(-1, 1, size=(3, 5))
+    norms = rng.lognormal(size=5)
+    np.testing.assert_allclose(normrank.norm_weighted(cos, norms, -0.5), cos * norms**-0.5, rtol=1e-6)
+    per_q = np.array([0.0, 1.0, -1.0])
+    np.testing.assert_allclose(normrank.norm_weighted(cos, norms, per_q), cos * norms[None] ** per_q[:, None], rtol=1e-6)
+    qn = rng.lognormal(size=3)
+    np.testing.assert_allclose(
+        normrank.symmetric_score(cos, qn, norms, 0.3), cos * qn[:, None] ** -0.3 * norms**-0.3, rtol=1e-6
+    )
+    vals, pos = normrank.topk(np.array([[0.1, 0.9, 0.5]], np.float32), 2)
+    np.testing.assert_array_equal(pos, [[1, 2]])
+
+
+def test_cli_build_and_search(tmp_path, rng):
+    import json
+
+    from typer.testing import CliRunner
+
+    from normrank.cli import app
+
+    x = clustered(300, 8, rng)
+    q = rng.normal(size=(3, 8)).astype(np.float32)
+    np.save(tmp_path / "emb.npy", x)
+    np.save(tmp_path / "q.npy", q)
+    runner = CliRunner()
+    res = runner.invoke(app, ["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "ix"), "--alpha", "-1"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["index", "search", str(tmp_path / "ix"), str(tmp_path / "q.npy"), "-k", "4"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
+    ref, ids = brute_force(x, q, -1.0)
+    assert [r["ids"] for r in rows] == np.argsort(-ref, axis=1)[:, :4].tolist()
+    res = runner.invoke(app, ["index", "search", str(tmp_path / "nope"), str(tmp_path / "q.npy")])
+    assert res.exit_code == 2 and "error" in res.output
