@@ -14,7 +14,7 @@ import threading
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError
+from normrank.errors import CorruptIndexError, MissingDependencyError
 
 __all__ = ["read_faiss_index"]
 
@@ -32,7 +32,14 @@ def read_faiss_index(data: bytes, *, dim: int, count: int) -> faiss.Index:
         raise CorruptIndexError(f"index.faiss does not start with a FAISS index tag ({fourcc!r})")
     if d != dim or ntotal != count:
         raise CorruptIndexError(
-            f"index.faiss holds {ntotal} vectors of dimension {d}; the manifest says {count} of dimension {dim}"
+            f"index.faiss holds {ntotal} vectors of dimension {d}; "
+            f"the manifest says {count} of dimension {dim}"
+        )
+    if not hasattr(faiss, "set_deserialization_vector_byte_limit"):
+        # Older FAISS trusts every length field in the file and validates no HNSW graph.
+        raise MissingDependencyError(
+            f"faiss {faiss.__version__} cannot read untrusted index files safely: "
+            "pip install 'faiss-cpu>=1.15'"
         )
     buf = np.frombuffer(data, dtype=np.uint8)
     with _limits_lock:
@@ -42,8 +49,9 @@ def read_faiss_index(data: bytes, *, dim: int, count: int) -> faiss.Index:
             faiss.set_deserialization_vector_byte_limit(len(data))
             faiss.set_deserialization_loop_limit(max(1 << 16, len(data)))
             index = faiss.deserialize_index(buf)
-        except (RuntimeError, MemoryError) as e:
-            raise CorruptIndexError(f"index.faiss is corrupt or truncated: {str(e).splitlines()[0][:300]}") from e
+        except (RuntimeError, MemoryError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CorruptIndexError(f"index.faiss is corrupt or truncated: {first[-300:]}") from e
         finally:
             faiss.set_deserialization_vector_byte_limit(old_bytes)
             faiss.set_deserialization_loop_limit(old_loops)

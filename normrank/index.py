@@ -26,6 +26,9 @@ from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
 __all__ = ["NormIndex"]
 
 _UNIT_TOLERANCE = 1e-4
+# "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
+# "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
+_ANN_METHODS = {"adaptive", "overfetch"}
 _WEIGHT_CACHE_SIZE = 8
 
 
@@ -88,6 +91,10 @@ class NormIndex:
         *,
         factory: str | None = "Flat",
         k_factor: int = 10,
+        ann: str = "adaptive",
+        n_tail: int | None = None,
+        max_depth: int | None = None,
+        device: str | None = None,
     ) -> None:
         if isinstance(dim, faiss.Index):
             index = dim
@@ -111,6 +118,20 @@ class NormIndex:
         self._init_state(_with_ids(index), factory)
         self.alpha = alpha
         self.k_factor = k_factor
+        self._set_ann_options(ann, n_tail, max_depth, device)
+
+    def _set_ann_options(self, ann: str, n_tail: int | None, max_depth: int | None, device: str | None) -> None:
+        """ANN and device options (see :mod:`normrank.ann` and :mod:`normrank.backends.torch_flat`)."""
+        if ann not in _ANN_METHODS:
+            raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {ann!r}")
+        for name, v in (("n_tail", n_tail), ("max_depth", max_depth)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
+                raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
+        if device is not None:
+            from normrank.backends.torch_flat import resolve_device
+
+            resolve_device(device)  # refuse cuda without CUDA now, not at the first search
+        self.ann, self.n_tail, self.max_depth, self.device = ann, n_tail, max_depth, device
 
     def _init_state(self, index: faiss.Index, factory: str | None) -> None:
         self._index = index
@@ -124,6 +145,7 @@ class NormIndex:
         self._next_id = 0
         self._version = 0
         self._weight_cache: dict[float, np.ndarray] = {}
+        self._aux: dict[str, Any] = {}  # derived search state (id lookup, tails, device copy)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -329,6 +351,7 @@ class NormIndex:
     def _changed(self) -> None:
         self._version += 1
         self._weight_cache.clear()
+        self._aux = {}
 
     # -- search -------------------------------------------------------------------------------
 
@@ -392,23 +415,55 @@ class NormIndex:
     def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
         n = flat.ntotal
         storage = faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
+        if getattr(self, "device", None) is not None:
+            from normrank.backends import torch_flat
+
+            store = self._aux.get("torch")
+            if store is None:
+                store = self._aux["torch"] = torch_flat.TorchFlatStore(storage, self.device)
+            w = store.weights_on_device(alpha, self._weight_for(alpha))
+            return torch_flat.weighted_flat_search(store.vectors, w, unit_q, k)
         return weighted_flat_search(storage, self._weight_for(alpha), unit_q, k)
 
     def _search_candidates(self, unit_q: np.ndarray, k: int, alpha: float, factor: int):
-        """ANN: fetch ``k * factor`` by cosine, re-score exactly, keep the top ``k``."""
-        depth = min(self.ntotal + len(self._tombstones), k * factor)
-        cos, cand = self._index.search(unit_q, depth)
-        found = cand >= 0
-        pos = np.full(cand.shape, -1, dtype=np.int64)
-        get = self._pos.get
-        pos[found] = [get(int(i), -1) for i in cand[found]]  # tombstoned ids map to -1
-        base = self._norms if self._weights is None else self._weights
-        weight = norm_weight(base, alpha)[np.maximum(pos, 0)]
-        rescored = np.where(pos >= 0, cos * weight, -np.inf).astype(np.float32)
-        s, col = topk(rescored, k)
-        picked = np.where(col >= 0, np.take_along_axis(pos, np.maximum(col, 0), axis=1), -1)
-        s[picked < 0] = -np.inf
-        return s, picked
+        """ANN: cosine candidates re-scored exactly; see :mod:`normrank.ann` for the method."""
+        from normrank import ann as _ann
+
+        lookup = self._aux.get("lookup")
+        if lookup is None:
+            lookup = self._aux["lookup"] = _ann.IdLookup(self._ids)
+        weights = self._weight_for(alpha)
+        n_all = self.ntotal + len(self._tombstones)
+        start = min(n_all, max(k * factor, _ann.ann_params(self._index).get("efSearch", 0)))
+        if getattr(self, "ann", "adaptive") == "overfetch":
+            return _ann.adaptive_search(
+                self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
+                start_depth=start, max_depth=start,
+            )
+        max_depth = n_all if getattr(self, "max_depth", None) is None else max(k, self.max_depth)
+        return _ann.adaptive_search(
+            self._index, unit_q, k, weights, lookup,
+            start_depth=start, max_depth=max_depth, tail=self._tail(alpha, weights),
+        )
+
+    def _ones(self) -> np.ndarray:
+        return np.ones(self.ntotal, dtype=np.float32)
+
+    def _tail(self, alpha: float, weights: np.ndarray | None):
+        """The highest-weight documents for the sign of ``alpha``, with their unit vectors."""
+        from normrank import ann as _ann
+
+        if weights is None:
+            return None
+        n_tail = getattr(self, "n_tail", None)
+        n_tail = _ann.default_tail(self.ntotal) if n_tail is None else min(n_tail, self.ntotal)
+        key = f"tail{n_tail}{'+' if alpha > 0 else '-'}"
+        tail = self._aux.get(key)
+        if tail is None:
+            pos = _ann.tail_positions(weights, n_tail)
+            vecs = self._index.reconstruct_batch(self._ids[pos]) if pos.size else np.empty((0, self.dim), "f4")
+            tail = self._aux[key] = (pos, np.ascontiguousarray(vecs, dtype=np.float32))
+        return tail
 
     # -- reconstruction -----------------------------------------------------------------------
 
@@ -452,9 +507,14 @@ class NormIndex:
             if wrapped is None:
                 if not np.array_equal(ids, np.arange(index.ntotal)):
                     raise UnsupportedIndexError("cannot wrap this index type with custom ids")
-                wrapped = faiss.IndexIDMap2(index)
-                faiss.copy_array_to_vector(ids, wrapped.id_map)
+                # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
+                wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
+                wrapped.index = index
+                wrapped.own_fields = False
+                wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
                 wrapped.ntotal = index.ntotal
+                wrapped.is_trained = index.is_trained
+                faiss.copy_array_to_vector(ids, wrapped.id_map)
                 wrapped.construct_rev_map()
             out._init_state(wrapped, None)
             out.alpha, out.k_factor = alpha, k_factor
@@ -541,7 +601,7 @@ def _raw_vectors(index: faiss.Index, inner: faiss.Index) -> np.ndarray:
         )
     if isinstance(inner, faiss.IndexFlat):
         return faiss.rev_swig_ptr(inner.get_xb(), inner.ntotal * inner.d).reshape(-1, inner.d).copy()
-    if _is_ivf(inner) and isinstance(faiss.extract_index_ivf(inner), faiss.IndexIVFFlat):
+    if _is_ivf(inner) and isinstance(faiss.downcast_index(faiss.extract_index_ivf(inner)), faiss.IndexIVFFlat):
         ivf = faiss.extract_index_ivf(inner)
         lists = ivf.invlists
         parts = []

@@ -143,6 +143,7 @@ def _save_locked(index: NormIndex, root: Path) -> None:
         "factory": index.factory,
         "faiss_type": type(faiss_index).__name__,
         "tombstones": len(index._tombstones),
+        "next_id": index._next_id,  # default ids never reuse a removed one, also after a reload
         "files": files,
     }
     tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
@@ -363,6 +364,9 @@ def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str
     out._tombstones = set(tombstones.tolist())
     if out._tombstones and out._next_id <= max(out._tombstones):
         out._next_id = max(out._tombstones) + 1
+    next_id = m.get("next_id")
+    if isinstance(next_id, int) and not isinstance(next_id, bool) and out._next_id < next_id < 1 << 62:
+        out._next_id = next_id
     return out
 
 

@@ -94,14 +94,18 @@ def _step_grads(model: Any, scope: Scope, pairs: list[tuple[str, str]], idx: np.
 
     za = model.embed_tensor([pairs[i][0] for i in idx])
     zb = model.embed_tensor([pairs[i][1] for i in idx])
-    loss = symmetric_infonce(za.float(), zb.float(), temperature)
+    if za.dtype in (torch.float16, torch.bfloat16):  # the loss in float32; float64 models stay float64
+        za, zb = za.float(), zb.float()
+    loss = symmetric_infonce(za, zb, temperature)
     params = [p for _, p in scope.params]
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
 
 
-def _chunks(n: int, size: int) -> list[slice]:
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+def _chunks(texts: list[str], size: int) -> list[np.ndarray]:
+    """Row indices per encoding batch, longest texts first so each batch pads little."""
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    return [order[i : i + size] for i in range(0, len(texts), size)]
 
 
 def probe(
@@ -202,14 +206,16 @@ def _run_generic(model, sc, uniq, pairs, batches, lr, temperature, ebs, bar):
     """theta -> theta' -> re-encode every probe text -> restore, once per virtual step."""
     import torch
 
-    chunks = _chunks(len(uniq), ebs)
-    z = []
+    chunks = _chunks(uniq, ebs)
+    z = np.zeros((len(uniq), 0))
     task = bar.add_task("encode", total=len(uniq))
     with torch.no_grad():
         for c in chunks:
-            z.append(model.embed_tensor(uniq[c]).detach().double().cpu().numpy())
-            bar.advance(task, c.stop - c.start)
-    z = np.concatenate(z)
+            zc = model.embed_tensor([uniq[i] for i in c]).detach().double().cpu().numpy()
+            if z.shape[1] == 0:
+                z = np.zeros((len(uniq), zc.shape[1]))
+            z[c] = zc
+            bar.advance(task, len(c))
     norm = np.linalg.norm(z, axis=1)
     stats = _Stats(len(uniq), z.shape[1])
     stats.zhat = z / norm[:, None]
@@ -223,7 +229,7 @@ def _run_generic(model, sc, uniq, pairs, batches, lr, temperature, ebs, bar):
                 for p, g in zip(params, grads, strict=True):
                     p.sub_(lr * g)
                 for c in chunks:
-                    zp = model.embed_tensor(uniq[c]).detach().double().cpu().numpy()
+                    zp = model.embed_tensor([uniq[i] for i in c]).detach().double().cpu().numpy()
                     stats.update(c, (zp - z[c]) * norm[c, None])
                 for p, b in zip(params, backup, strict=True):
                     p.copy_(b)  # exact restore: copy the saved bits back, never add the step back
@@ -253,13 +259,13 @@ def _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, ebs, bar):
     norm = np.zeros(len(uniq))
     task = bar.add_task("probe texts", total=len(uniq))
     with torch.no_grad():
-        for c in _chunks(len(uniq), ebs):
-            z, cache = tail.capture(uniq[c])
+        for c in _chunks(uniq, ebs):
+            z, cache = tail.capture([uniq[i] for i in c])
             z = z.detach().double().cpu().numpy()
             norm[c] = np.linalg.norm(z, axis=1)
             stats.zhat[c] = z / norm[c, None]
             for dw, db in zip(dws, dbs, strict=True):
                 dz = tail.delta(cache, dw, db).double().cpu().numpy()
                 stats.update(c, dz * norm[c, None])
-            bar.advance(task, c.stop - c.start)
+            bar.advance(task, len(c))
     return norm, stats

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from normrank.errors import InvalidInputError
 
-__all__ = ["load_pairs", "pairs_from_qrels", "pairs_from_tsv", "self_pairs"]
+__all__ = ["load_pairs", "pairs_from_qrels", "pairs_from_tsv", "read_corpus", "self_pairs"]
 
 
 def _read_jsonl(path: Path) -> dict[str, dict]:
@@ -28,6 +28,31 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
                 row = json.loads(line)
                 out[str(row["_id"])] = row
     return out
+
+
+def read_corpus(folder: str | Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """``(doc_ids, titles, bodies, doc_texts)`` of a BEIR folder, ``doc_text = title + " " + body``.
+
+    Uses ``normrank.data.load_dataset`` when available, else reads ``corpus.jsonl`` directly.
+    """
+    try:
+        from normrank.data import load_dataset
+    except ImportError:
+        load_dataset = None
+    if load_dataset is not None:
+        ds = load_dataset(str(folder))
+        titles, texts = [str(t or "") for t in ds.doc_titles], list(ds.doc_texts)
+        bodies = [x[len(t) :].strip() if t and x.startswith(t) else x for t, x in zip(titles, texts, strict=True)]
+        return list(ds.doc_ids), titles, bodies, texts
+    path = Path(folder) / "corpus.jsonl"
+    if not path.is_file():
+        raise InvalidInputError(f"{folder} is not a BEIR folder (no corpus.jsonl)")
+    rows = _read_jsonl(path)
+    ids = list(rows)
+    titles = [str(rows[i].get("title") or "") for i in ids]
+    bodies = [str(rows[i].get("text") or "") for i in ids]
+    texts = [f"{t} {b}".strip() for t, b in zip(titles, bodies, strict=True)]
+    return ids, titles, bodies, texts
 
 
 def pairs_from_qrels(folder: str | Path, split: str = "train") -> list[tuple[str, str]]:

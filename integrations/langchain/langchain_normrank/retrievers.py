@@ -44,6 +44,4 @@ class NormRankRetriever(VectorStoreRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        return await super()._aget_relevant_documents(
-            query, run_manager=run_manager, **self._merged(kwargs)
-        )
+        return await super()._aget_relevant_documents(query, run_manager=run_manager, **self._merged(kwargs))

@@ -23,6 +23,8 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from langchain_normrank import _persist
+from langchain_normrank._warnings import all_unit, warn_unit_norms
 from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
@@ -30,8 +32,6 @@ from normrank.errors import (
     InvalidInputError,
     InvalidParameterError,
 )
-from langchain_normrank import _persist
-from langchain_normrank._warnings import all_unit, warn_unit_norms
 
 __all__ = ["MetadataFilter", "NormRankVectorStore", "relevance_from_score"]
 
@@ -147,6 +147,10 @@ class NormRankVectorStore(VectorStore):
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def __bool__(self) -> bool:
+        # An empty store is still a store: frameworks test ``if vector_store:`` for presence.
+        return True
 
     @property
     def index(self) -> Any:
@@ -323,7 +327,8 @@ class NormRankVectorStore(VectorStore):
         filter: MetadataFilter | None = None,
     ) -> list[Document]:
         return [
-            d for d, _ in self.similarity_search_with_score_by_vector(embedding, k, alpha=alpha, filter=filter)
+            d
+            for d, _ in self.similarity_search_with_score_by_vector(embedding, k, alpha=alpha, filter=filter)
         ]
 
     def similarity_search(

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-
 from langchain_normrank import (
     NormRankVectorStore,
     NormReweightCompressor,
@@ -17,6 +16,7 @@ from langchain_normrank import (
     add_norm_metadata,
     relevance_from_score,
 )
+
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 
 N_DOCS, N_QUERIES, DIM = 300, 12, 16
@@ -74,7 +74,9 @@ def brute(corpus, j: int, alpha: float, k: int = 5, allowed=None) -> tuple[list[
 
 
 def make_store(emb, alpha: float = 0.0) -> NormRankVectorStore:
-    return NormRankVectorStore.from_texts(texts(), emb, metas(), ids=[str(i) for i in range(N_DOCS)], alpha=alpha)
+    return NormRankVectorStore.from_texts(
+        texts(), emb, metas(), ids=[str(i) for i in range(N_DOCS)], alpha=alpha
+    )
 
 
 @pytest.mark.parametrize("alpha", ALPHAS)
@@ -186,7 +188,10 @@ def test_save_load_round_trip(tmp_path, corpus, emb):
     assert loaded.get_by_ids(["extra"])[0].metadata == {"nested": {"x": [1, 2.5, None]}, "s": "é"}
     # the loaded store keeps working: add after load gets fresh keys
     loaded.add_texts(["doc 7"], ids=["new"])
-    assert loaded.similarity_search_by_vector(corpus["docs"][7].tolist(), k=3, alpha=0.0)[0].id in {"7", "new"}
+    assert loaded.similarity_search_by_vector(corpus["docs"][7].tolist(), k=3, alpha=0.0)[0].id in {
+        "7",
+        "new",
+    }
     assert NormRankVectorStore.load_local(folder, emb, alpha=1.0).alpha == 1.0
 
 
@@ -302,3 +307,23 @@ def test_compressor_uses_the_stored_norm_not_the_embedding(corpus, emb):
     assert [int(d.page_content.split()[1]) for d in out] == brute(corpus, 0, -1.0)[0]
     with pytest.raises(InvalidInputError, match="add_norm_metadata"):
         comp.compress_documents([Document(page_content="doc 0")], "query 0")
+
+
+def test_embeddings_wrapper_returns_raw_vectors(corpus):
+    from langchain_normrank import NormRankEmbeddings
+
+    class FakeEncoder:
+        def __init__(self) -> None:
+            self.calls = []
+
+        def encode(self, texts, batch_size=64):
+            self.calls.append(batch_size)
+            return np.stack([corpus["docs"][int(t.split()[1])] for t in texts])
+
+    fake = FakeEncoder()
+    emb = NormRankEmbeddings(encoder=fake, batch_size=7)
+    np.testing.assert_allclose(emb.embed_documents(["doc 3", "doc 4"]), corpus["docs"][[3, 4]], rtol=1e-6)
+    np.testing.assert_allclose(emb.embed_query("doc 5"), corpus["docs"][5], rtol=1e-6)
+    assert fake.calls == [7, 7] and emb.embed_documents([]) == []
+    lazy = NormRankEmbeddings("no-such-model-anywhere")  # constructing loads nothing
+    assert lazy._encoder is None

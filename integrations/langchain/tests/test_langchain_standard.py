@@ -11,12 +11,11 @@ pytest.importorskip("langchain_tests", reason="pip install langchain-tests")
 
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import VectorStore
+from langchain_normrank import NormRankRetriever, NormRankVectorStore
 from langchain_tests.integration_tests import (
     RetrieversIntegrationTests,
     VectorStoreIntegrationTests,
 )
-
-from langchain_normrank import NormRankRetriever, NormRankVectorStore
 
 
 class TestNormRankVectorStoreStandard(VectorStoreIntegrationTests):

@@ -29,10 +29,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
-
 from llama_index.vector_stores.normrank import _persist
 from llama_index.vector_stores.normrank._filters import matches
 from llama_index.vector_stores.normrank._warnings import all_unit, warn_unit_norms
+
 from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
@@ -122,6 +122,10 @@ class NormRankVectorStore(BasePydanticVectorStore):
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def __bool__(self) -> bool:
+        # An empty store is still a store: frameworks test ``if vector_store:`` for presence.
+        return True
 
     def _ensure_index(self, dim: int) -> Any:
         if self._index is None:
@@ -239,8 +243,10 @@ class NormRankVectorStore(BasePydanticVectorStore):
         alpha = self.norm_alpha if kwargs.get("norm_alpha") is None else _check_alpha(kwargs["norm_alpha"])
         q = np.asarray([query.query_embedding], dtype=np.float32)
 
-        allowed_ids = None if query.node_ids is None else set(query.node_ids)
-        allowed_docs = None if query.doc_ids is None else set(query.doc_ids)
+        # An empty list means "no restriction": VectorStoreIndex.as_retriever passes node_ids=[]
+        # for stores that keep text (its own node table is empty then), as other stores assume.
+        allowed_ids = set(query.node_ids) if query.node_ids else None
+        allowed_docs = set(query.doc_ids) if query.doc_ids else None
 
         def passes(node_id: str) -> bool:
             e = self._nodes[node_id]
@@ -250,7 +256,9 @@ class NormRankVectorStore(BasePydanticVectorStore):
                 and matches(query.filters, e["data"])
             )
 
-        unfiltered = allowed_ids is None and allowed_docs is None and not (query.filters and query.filters.filters)
+        unfiltered = (
+            allowed_ids is None and allowed_docs is None and not (query.filters and query.filters.filters)
+        )
         with self._lock:
             n = len(self._nodes)
             if n == 0:
@@ -285,7 +293,9 @@ class NormRankVectorStore(BasePydanticVectorStore):
     # ------------------------------------------------------------------ persistence
     def persist(
         self,
-        persist_path: str = os.path.join(DEFAULT_PERSIST_DIR, f"default{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"),
+        persist_path: str = os.path.join(
+            DEFAULT_PERSIST_DIR, f"default{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"
+        ),
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         """Write ``persist_path`` (JSON) and its index directory beside it, atomically; no pickle."""

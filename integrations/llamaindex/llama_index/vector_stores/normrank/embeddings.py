@@ -52,7 +52,9 @@ class NormRankEmbedding(BaseEmbedding):
     def _encode(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        out = np.asarray(self.encoder.encode(list(texts), batch_size=self.encode_batch_size), dtype=np.float32)
+        out = np.asarray(
+            self.encoder.encode(list(texts), batch_size=self.encode_batch_size), dtype=np.float32
+        )
         return out.reshape(len(texts), -1).tolist()
 
     def _get_query_embedding(self, query: str) -> list[float]:

@@ -6,8 +6,8 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
-
 from llama_index.vector_stores.normrank.ingestion import NORM_KEY
+
 from normrank.errors import InvalidInputError, InvalidParameterError
 
 __all__ = ["NormReweightPostprocessor"]
@@ -38,7 +38,9 @@ class NormReweightPostprocessor(BaseNodePostprocessor):
                 raise InvalidInputError("a node has no score: give embed_model to recompute cosines")
             return np.asarray([float(n.score) for n in nodes])
         if query_bundle is None:
-            raise InvalidInputError("embed_model needs the query: call postprocess_nodes(nodes, query_bundle)")
+            raise InvalidInputError(
+                "embed_model needs the query: call postprocess_nodes(nodes, query_bundle)"
+            )
         q = query_bundle.embedding or self.embed_model.get_query_embedding(query_bundle.query_str)
         todo = [i for i, n in enumerate(nodes) if n.node.embedding is None]
         texts = [nodes[i].node.get_content(metadata_mode=MetadataMode.EMBED) for i in todo]

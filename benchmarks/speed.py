@@ -1,0 +1,332 @@
+"""Speed and recall of norm-weighted search, as ratios to plain FAISS cosine search (not a test).
+
+One run measures:
+  * faiss-flat: NormIndex (exact) vs ``faiss.IndexFlatIP`` on the same unit vectors
+    (issue 2 base case: 100k x 384, real-statistics vectors, nq in {1, 100, 1000}, k = 10);
+  * faiss-ivf / faiss-hnsw: NormIndex's ANN search (``ann="adaptive"``, the chosen method) vs
+    plain FAISS search with the same nprobe / efSearch, on real MiniLM embeddings of the BEIR
+    corpora and on a larger set generated to match their statistics; the alternatives evaluated
+    to choose it appear as ``faiss-ivf/overfetch``, ``.../no-tail``, ``.../banded``, ``.../baked``;
+  * qdrant-local: QdrantNormIndex vs a plain Qdrant query on the same local-mode collection.
+
+Recall is against the exact norm-weighted top-10 (numpy). Latency ratios are medians over
+interleaved repetitions (the machine may be shared). Usage:
+
+    python benchmarks/speed.py --quick --json speed.json   # < 15 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_data import real_embeddings, synthetic_like  # noqa: E402
+
+from normrank import NormIndex  # noqa: E402
+from normrank.ann import IdLookup, adaptive_search  # noqa: E402
+
+K = 10
+ROOT = Path(__file__).resolve().parent
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def exact_top(x_unit: np.ndarray, norms: np.ndarray, qu: np.ndarray, alpha: float) -> np.ndarray:
+    """Reference: exact top-10 of cos * norm**alpha by numpy, in blocks."""
+    w = norms.astype(np.float64) ** alpha
+    out = np.empty((qu.shape[0], K), dtype=np.int64)
+    for i in range(0, qu.shape[0], 256):
+        s = (qu[i : i + 256] @ x_unit.T) * w
+        part = np.argpartition(-s, K, axis=1)[:, :K]
+        order = np.argsort(-np.take_along_axis(s, part, 1), axis=1)
+        out[i : i + 256] = np.take_along_axis(part, order, 1)
+    return out
+
+
+def recall(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.mean([len(set(g.tolist()) & set(r.tolist())) / K for g, r in zip(got, ref, strict=True)]))
+
+
+def timed(fns: dict[str, callable], reps: int) -> dict[str, float]:
+    """Median seconds per function; repetitions interleaved so load spikes hit all alike."""
+    for f in fns.values():
+        f()  # warm-up (caches, lazily built state)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def per_query(fn, q: np.ndarray):
+    """nq = 1 latency: the same queries, one call each."""
+    return lambda: [fn(q[i : i + 1]) for i in range(q.shape[0])]
+
+
+# -- flat ------------------------------------------------------------------------------------
+
+
+def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list, label: str) -> None:
+    xu, norms = unit(x), np.linalg.norm(x, axis=1)
+    plain = faiss.IndexFlatIP(x.shape[1])
+    plain.add(xu)
+    ni = NormIndex(x.shape[1], factory="Flat")
+    ni.add(x)
+    for nq in nqs:
+        qs = q[: nq if nq > 1 else 50]
+        qu = unit(qs)
+        for a in alphas:
+            got = ni.search(qs, K, alpha=a)[1]
+            r = recall(got, exact_top(xu, norms, qu, a))
+            if nq == 1:
+                fns = {"plain": per_query(lambda z: plain.search(z, K), qu),
+                       "nr": per_query(lambda z, a=a: ni.search(z, K, alpha=a), qs)}
+            else:
+                fns = {"plain": lambda: plain.search(qu, K), "nr": lambda a=a: ni.search(qs, K, alpha=a)}
+            t = timed(fns, reps)
+            rows.append(dict(backend="faiss-flat", alpha=a, nq=nq, recall_at_10=r,
+                             latency_ratio=t["nr"] / t["plain"], dataset=label, n=x.shape[0],
+                             t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t["nr"]))
+            print(json.dumps(rows[-1]), flush=True)
+
+
+# -- ANN -------------------------------------------------------------------------------------
+
+
+def set_params(index: faiss.Index, kind: str, value: int) -> None:
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+    if kind == "ivf":
+        faiss.extract_index_ivf(inner).nprobe = value
+    else:
+        faiss.downcast_index(inner).hnsw.efSearch = value
+
+
+def build(x_dirs: np.ndarray, factory: str, kind: str, value: int, train: np.ndarray | None = None):
+    idx = faiss.index_factory(x_dirs.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    if not idx.is_trained:
+        idx.train(x_dirs if train is None else train)
+    idx.add(x_dirs)
+    set_params(idx, kind, value)
+    return idx
+
+
+class Banded:
+    """Norm-ranging (Yan et al. 2018) evaluated here: one sub-index per norm band, each searched
+    adaptively with its own (nearly constant) weights, results merged."""
+
+    def __init__(self, x: np.ndarray, factory_for, kind: str, value: int, n_bands: int = 4):
+        norms = np.linalg.norm(x, axis=1)
+        edges = np.quantile(norms, np.linspace(0, 1, n_bands + 1))
+        band = np.clip(np.searchsorted(edges, norms, side="right") - 1, 0, n_bands - 1)
+        self.parts = []
+        for b in range(n_bands):
+            pos = np.flatnonzero(band == b)
+            idx = build(unit(x[pos]), factory_for(pos.size), kind, value)
+            self.parts.append((pos, norms[pos], idx, IdLookup(np.arange(pos.size))))
+
+    def search(self, qu: np.ndarray, alpha: float):
+        s_all, p_all = [], []
+        for pos, nb, idx, lk in self.parts:
+            s, p = adaptive_search(idx, qu, K, (nb.astype(np.float64) ** alpha).astype(np.float32), lk,
+                                   start_depth=2 * K, max_depth=pos.size)
+            s_all.append(s)
+            p_all.append(np.where(p >= 0, pos[np.maximum(p, 0)], -1))
+        s, p = np.concatenate(s_all, 1), np.concatenate(p_all, 1)
+        top = np.argsort(-s, axis=1)[:, :K]
+        return np.take_along_axis(p, top, 1)
+
+
+def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternatives: bool) -> None:
+    n, d = x.shape
+    xu, norms = unit(x), np.linalg.norm(x, axis=1)
+    if kind == "ivf":
+        nlist = int(4 * np.sqrt(n))
+        factory, value = f"IVF{nlist},Flat", max(8, nlist // 16)
+
+        def factory_for(m):
+            return f"IVF{max(4, int(4 * np.sqrt(m)))},Flat"
+    else:
+        factory, value = "HNSW32", 128
+
+        def factory_for(m):
+            return "HNSW32"
+    backend = f"faiss-{kind}"
+    t0 = time.perf_counter()
+    plain = build(xu, factory, kind, value)
+    t_build_plain = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ni = NormIndex(d, factory=factory)
+    if kind == "ivf":
+        ni.train(x)
+    ni.add(x)
+    set_params(ni.faiss_index, kind, value)
+    t_build_nr = time.perf_counter() - t0
+    variants = {backend: lambda z, a: ni.search(z, K, alpha=a)[1]}
+    build_s = {backend: t_build_nr}
+    if evaluate_alternatives:
+        over = NormIndex.__new__(NormIndex)
+        over.__dict__.update(ni.__dict__)
+        over.ann = "overfetch"
+        over._aux = {}
+        notail = NormIndex.__new__(NormIndex)
+        notail.__dict__.update(ni.__dict__)
+        notail.n_tail = 0
+        notail._aux = {}
+        variants[f"{backend}/overfetch"] = lambda z, a: over.search(z, K, alpha=a)[1]
+        variants[f"{backend}/no-tail"] = lambda z, a: notail.search(z, K, alpha=a)[1]
+        t0 = time.perf_counter()
+        banded = Banded(x, factory_for, kind, value)
+        build_s[f"{backend}/banded"] = time.perf_counter() - t0
+        variants[f"{backend}/banded"] = lambda z, a: banded.search(unit(z), a)
+        # Baked: store d_hat * ||d||**a0 and apply the residual ||d||**(a - a0) at query time.
+        a0 = -0.25
+        t0 = time.perf_counter()
+        baked = build((xu * (norms[:, None] ** a0)).astype(np.float32), factory, kind, value, train=xu)
+        build_s[f"{backend}/baked"] = time.perf_counter() - t0
+        lk = IdLookup(np.arange(n))
+
+        def baked_search(z, a):
+            res = (norms.astype(np.float64) ** (a - a0)).astype(np.float32)
+            return adaptive_search(baked, unit(z), K, res, lk, start_depth=10 * K, max_depth=n)[1]
+
+        variants[f"{backend}/baked"] = baked_search
+    for nq in nqs:
+        qs = q[: nq if nq > 1 else 50]
+        qu = unit(qs)
+        plain_rec = recall(plain.search(qu, K)[1], exact_top(xu, norms, qu, 0.0))
+        for a in alphas:
+            ref = exact_top(xu, norms, qu, a)
+            fns = {"plain": (per_query(lambda z: plain.search(z, K), qu) if nq == 1 else lambda: plain.search(qu, K))}
+            for name, f in variants.items():
+                fns[name] = per_query(lambda z, f=f, a=a: f(z, a), qs) if nq == 1 else (lambda f=f, a=a: f(qs, a))
+            recs = {name: recall(f(qs, a), ref) for name, f in variants.items()}
+            t = timed(fns, reps)
+            for name in variants:
+                rows.append(dict(backend=name, alpha=a, nq=nq, recall_at_10=recs[name],
+                                 latency_ratio=t[name] / t["plain"], dataset=label, n=n, factory=factory,
+                                 params={"nprobe" if kind == "ivf" else "efSearch": value},
+                                 plain_cosine_recall=plain_rec, t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t[name],
+                                 build_s=build_s.get(name), plain_build_s=t_build_plain))
+                print(json.dumps(rows[-1]), flush=True)
+
+
+# -- Qdrant ----------------------------------------------------------------------------------
+
+
+def bench_qdrant(x, q, alphas, reps, rows, label) -> None:
+    try:
+        from qdrant_client import QdrantClient
+    except ImportError:
+        print("qdrant-client not installed: skipping qdrant-local rows", flush=True)
+        return
+    from normrank.backends.qdrant import QdrantNormIndex
+
+    xu, norms = unit(x), np.linalg.norm(x, axis=1)
+    client = QdrantClient(":memory:")
+    qi = QdrantNormIndex(dim=x.shape[1], client=client, collection="bench")
+    qi.add(x)
+    qu = unit(q)
+    for a in alphas:
+        ref = exact_top(xu, norms, qu, a)
+        got = qi.search(q, K, alpha=a)[1]
+        t = timed({"plain": lambda: [client.query_points("bench", query=v.tolist(), limit=K) for v in qu],
+                   "nr": lambda a=a: qi.search(q, K, alpha=a)}, reps)
+        rows.append(dict(backend="qdrant-local", alpha=a, nq=q.shape[0], recall_at_10=recall(got, ref),
+                         latency_ratio=t["nr"] / t["plain"], dataset=label, n=x.shape[0],
+                         t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t["nr"]))
+        print(json.dumps(rows[-1]), flush=True)
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores visible, faiss {faiss.__version__} "
+            f"(omp threads {faiss.omp_get_max_threads()}), numpy {np.__version__}, Python {platform.python_version()}")
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    out = ["# normrank speed: ratios to plain FAISS / Qdrant on the same machine", "",
+           f"Machine: {meta['machine']}. Run: `{meta['command']}` ({meta['minutes']:.1f} min). "
+           "Latency ratio = normrank time / plain cosine search time with the same index and parameters "
+           "(median of interleaved repetitions; the machine was shared, so read ratios, not absolute times). "
+           "Recall@10 is against the exact norm-weighted top-10 (numpy brute force).", "",
+           "| backend | dataset | n | alpha | nq | recall@10 | latency ratio | plain ms | normrank ms |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['backend']} | {r.get('dataset', '')} | {r.get('n', '')} | {r['alpha']:g} | {r['nq']} | "
+                   f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} | {r.get('t_plain_ms', 0):.2f} | "
+                   f"{r.get('t_ms', 0):.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sets and fewer repetitions (< 15 min, 2 cores)")
+    ap.add_argument("--json", type=Path, help="write {'rows': [...], 'meta': {...}} here")
+    ap.add_argument("--md", type=Path, default=ROOT / "results" / "speed.md", help="markdown table output")
+    ap.add_argument("--only", default="flat,ivf,hnsw,qdrant", help="comma list of sections to run")
+    ap.add_argument("--synthetic-n", type=int, default=None, help="size of the generated set (default 200k quick, 1M full)")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    t_start = time.time()
+    quick = args.quick
+    reps = 5 if quick else 9
+    alphas = [-1.5, -0.75, 0.0, 0.5, 1.0]
+    docs, queries = real_embeddings()
+    rng = np.random.default_rng(0)
+    queries = queries[rng.permutation(queries.shape[0])]
+    syn_n = args.synthetic_n or (200_000 if quick else 1_000_000)
+    rows: list[dict] = []
+    if "flat" in only:
+        x100k, q1k = synthetic_like(docs, queries, 100_000, 1000, seed=1)
+        bench_flat(x100k, q1k, [-1.5, -0.75, 0.5, 1.0] if not quick else [-1.0, 0.5], [1, 100, 1000],
+                   reps, rows, "minilm-like-100k")
+        del x100k
+    real_label = f"minilm-beir-{docs.shape[0] // 1000}k"
+    syn = None
+    for kind in ("ivf", "hnsw"):
+        if kind not in only:
+            continue
+        bench_ann(docs, queries, kind, alphas, [1, 100], reps, rows, real_label, evaluate_alternatives=True)
+        if kind == "hnsw" and quick:
+            continue  # building HNSW on the large set takes too long for --quick on 2 cores
+        if syn is None:
+            syn = synthetic_like(docs, queries, syn_n, 1000, seed=2)
+        bench_ann(syn[0], syn[1], kind, [-1.5, -0.75, 0.5, 1.0], [100], max(3, reps // 2), rows,
+                  f"minilm-like-{syn_n // 1000}k", evaluate_alternatives=False)
+    if "qdrant" in only:
+        m = 3000 if quick else 10000
+        bench_qdrant(docs[:m], queries[:20], [-1.5, -0.75, 0.5, 1.0], 3, rows, f"minilm-beir-{m // 1000}k")
+    meta = {"machine": machine(), "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
+            "minutes": (time.time() - t_start) / 60, "k": K}
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "meta": meta}, indent=1))
+    args.md.parent.mkdir(parents=True, exist_ok=True)
+    args.md.write_text(markdown(rows, meta))
+    print(f"done in {meta['minutes']:.1f} min; table in {args.md}")
+
+
+if __name__ == "__main__":
+    main()

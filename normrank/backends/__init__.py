@@ -1,0 +1,1 @@
+"""Alternative search backends answering to the core kernels' names: torch (GPU/CPU), Qdrant."""

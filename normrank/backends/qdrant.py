@@ -1,0 +1,270 @@
+"""``QdrantNormIndex``: norm-weighted search ``cos(q, d) * ||d||**alpha`` inside Qdrant.
+
+Unit vectors live in a cosine collection and the raw norm in each point's payload (``"norm"``).
+A search is one Qdrant query per query vector: prefetch cosine candidates, then a
+``FormulaQuery`` computes ``$score * norm**alpha`` on the server. The prefetch depth is chosen
+as for FAISS (:mod:`normrank.ann`): the extreme-weight "tail" (the ``n_tail`` lowest norms for
+``alpha < 0``, highest for ``alpha > 0``) is a second, filtered prefetch that Qdrant scans
+exactly, and the main prefetch depth grows until the k-th score beats the bound on anything
+not fetched. The same code runs on local mode (``QdrantClient(":memory:")``, which evaluates
+formula queries itself) and on a cluster by URL; see docs/qdrant.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.ann import unseen_bound
+from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
+from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+
+__all__ = ["QdrantNormIndex"]
+
+_NORM = "norm"
+_UPSERT_BATCH = 512
+_GROWTH = 4
+
+
+def _models() -> Any:
+    try:
+        from qdrant_client import models
+    except ImportError as e:
+        raise MissingDependencyError("the Qdrant backend needs qdrant-client: pip install 'normrank[qdrant]'") from e
+    return models
+
+
+class QdrantNormIndex:
+    """A Qdrant collection searched by ``cos(q, d) * ||d||**alpha``; API as :class:`normrank.NormIndex`.
+
+    Args:
+        dim: vector dimension.
+        alpha: default exponent (``search(..., alpha=)`` overrides it, per query if wanted).
+        client: a ``qdrant_client.QdrantClient`` (local mode or a server/cluster URL).
+        collection: collection name; created (cosine, ``dim``) if it does not exist.
+        k_factor: first prefetch depth is ``k * k_factor``.
+        n_tail: size of the exactly-scanned extreme-weight band (default ~1% of the points, <= 2048).
+        shard_number / replication_factor: passed to ``create_collection`` for a new collection.
+
+    ``search`` returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
+    Ids are non-negative integers (Qdrant point ids). Norm statistics used by the bound are read
+    from the server and cached; call :meth:`refresh` after other clients write to the collection.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        alpha: float = 0.0,
+        *,
+        client: Any,
+        collection: str,
+        k_factor: int = 10,
+        n_tail: int | None = None,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+    ) -> None:
+        m = _models()
+        self.dim, self.client, self.collection = int(dim), client, collection
+        self.alpha = float(as_alpha(alpha, 1)[0])
+        self.k_factor, self.n_tail = int(k_factor), n_tail
+        if not client.collection_exists(collection):
+            client.create_collection(
+                collection,
+                vectors_config=m.VectorParams(size=self.dim, distance=m.Distance.COSINE),
+                shard_number=shard_number,
+                replication_factor=replication_factor,
+            )
+            # A range index on the norm: the tail prefetch filters on it and stats order by it.
+            with warnings.catch_warnings():  # local mode warns that it needs no payload index
+                warnings.simplefilter("ignore", UserWarning)
+                client.create_payload_index(collection, _NORM, field_schema=m.PayloadSchemaType.FLOAT)
+        self._stats: dict[str, float] | None = None
+        self._next_id: int | None = None
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.client.count(self.collection, exact=True).count)
+
+    @property
+    def ntotal(self) -> int:
+        return len(self)
+
+    def refresh(self) -> None:
+        """Forget cached norm statistics (after writes by other clients)."""
+        self._stats = None
+        self._next_id = None
+
+    def _ordered_norms(self, direction: str, limit: int) -> np.ndarray:
+        m = _models()
+        points, _ = self.client.scroll(
+            self.collection,
+            limit=limit,
+            order_by=m.OrderBy(key=_NORM, direction=direction),
+            with_payload=[_NORM],
+            with_vectors=False,
+        )
+        return np.array([p.payload[_NORM] for p in points], dtype=np.float64)
+
+    def _norm_stats(self) -> dict[str, float]:
+        if self._stats is None:
+            n = len(self)
+            t = min(2048, max(64, n // 100)) if self.n_tail is None else int(self.n_tail)
+            if n <= 2 * t + 2:
+                t = 0
+            lo = self._ordered_norms("asc", t + 1)
+            hi = self._ordered_norms("desc", t + 1)
+            self._stats = {
+                "n": n,
+                "tail": t,
+                "min": float(lo[0]) if lo.size else 1.0,
+                "max": float(hi[0]) if hi.size else 1.0,
+                "t_lo": float(lo[-1]) if lo.size else 1.0,  # smallest norm outside the low tail
+                "t_hi": float(hi[-1]) if hi.size else 1.0,  # largest norm outside the high tail
+            }
+        return self._stats
+
+    # -- mutation -----------------------------------------------------------------------------
+
+    def _existing(self, ids: np.ndarray) -> list[int]:
+        found = []
+        for i0 in range(0, ids.size, 1024):
+            chunk = [int(i) for i in ids[i0 : i0 + 1024]]
+            found += [int(p.id) for p in self.client.retrieve(self.collection, chunk, with_payload=False)]
+        return found
+
+    def add(self, x: ArrayLike, ids: ArrayLike | None = None) -> np.ndarray:
+        """Add raw vectors ``x`` (n, dim); returns their int64 ids (default: after the largest)."""
+        m = _models()
+        unit, norms = split_norms(as_vectors(x, self.dim))
+        n = unit.shape[0]
+        if ids is None:
+            if self._next_id is None:
+                top, _ = self.client.scroll(self.collection, limit=1 << 30, with_payload=False)
+                self._next_id = max((int(p.id) for p in top), default=-1) + 1
+            new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        else:
+            new_ids = as_ids(ids, n)
+        present = self._existing(new_ids)
+        if present:
+            raise DuplicateIdError(f"ids already in the collection: {present[:10]}")
+        for i0 in range(0, n, _UPSERT_BATCH):
+            sl = slice(i0, i0 + _UPSERT_BATCH)
+            points = [
+                m.PointStruct(id=int(i), vector=v.tolist(), payload={_NORM: float(nv)})
+                for i, v, nv in zip(new_ids[sl], unit[sl], norms[sl], strict=True)
+            ]
+            self.client.upsert(self.collection, points=points, wait=True)
+        if n:
+            self._next_id = max(self._next_id or 0, int(new_ids.max()) + 1)
+        self._stats = None
+        return new_ids
+
+    def remove(self, ids: ArrayLike) -> int:
+        """Remove ``ids``; unknown ids raise :class:`UnknownIdError` and remove nothing."""
+        m = _models()
+        arr = np.atleast_1d(np.asarray(ids))
+        arr = as_ids(arr, arr.shape[0])
+        present = set(self._existing(arr))
+        missing = [int(i) for i in arr if int(i) not in present]
+        if missing:
+            raise UnknownIdError(f"unknown ids: {missing[:10]}")
+        if arr.size:
+            self.client.delete(self.collection, points_selector=m.PointIdsList(points=arr.tolist()), wait=True)
+        self._stats = None
+        return int(arr.size)
+
+    # -- search -------------------------------------------------------------------------------
+
+    def _request(self, q: np.ndarray, k: int, alpha: float, depth: int, st: dict[str, float]) -> Any:
+        m = _models()
+        vec = q.tolist()
+        if alpha == 0:
+            return m.QueryRequest(query=vec, limit=k, with_payload=[_NORM])
+        prefetch = []
+        if st["tail"]:
+            # Disjoint ranges: the tail band [< t_lo] or [> t_hi] and the rest; one cosine each.
+            rng_tail = m.Range(lt=st["t_lo"]) if alpha < 0 else m.Range(gt=st["t_hi"])
+            rng_rest = m.Range(gte=st["t_lo"]) if alpha < 0 else m.Range(lte=st["t_hi"])
+            prefetch.append(m.Prefetch(query=vec, limit=depth, filter=self._range(rng_rest)))
+            # The whole tail: within it weights vary too much for a cosine cut-off to be safe.
+            prefetch.append(m.Prefetch(query=vec, limit=int(st["tail"]), filter=self._range(rng_tail)))
+        else:
+            prefetch.append(m.Prefetch(query=vec, limit=depth))
+        cos = m.SumExpression(sum=[f"$score[{i}]" for i in range(len(prefetch))])
+        formula = m.MultExpression(mult=[cos, m.PowExpression(pow=m.PowParams(base=_NORM, exponent=alpha))])
+        defaults = {f"$score[{i}]": 0.0 for i in range(len(prefetch))}
+        return m.QueryRequest(
+            prefetch=prefetch,
+            query=m.FormulaQuery(formula=formula, defaults=defaults),
+            limit=depth + int(st["tail"]),
+            with_payload=[_NORM],
+        )
+
+    @staticmethod
+    def _range(r: Any) -> Any:
+        m = _models()
+        return m.Filter(must=[m.FieldCondition(key=_NORM, range=r)])
+
+    def search(
+        self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query)."""
+        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
+        nq = queries.shape[0]
+        k = as_k(k, nq)
+        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        if nq == 0:
+            return scores, ids
+        unit_q, _ = split_norms(queries, what="queries")
+        st = self._norm_stats()
+        if st["n"] == 0:
+            return scores, ids
+        n_rest = st["n"] - st["tail"]
+        depth = np.full(nq, min(n_rest, k * self.k_factor), dtype=np.int64)
+        active = np.arange(nq)
+        while active.size:
+            reqs = [self._request(unit_q[i], k, float(alphas[i]), int(depth[i]), st) for i in active]
+            try:
+                results = self.client.query_batch_points(self.collection, requests=reqs)
+            except Exception as e:  # noqa: BLE001 - any server/client failure is a state error here
+                raise IndexStateError(f"Qdrant query failed: {e}") from e
+            still = []
+            for i, res in zip(active, results, strict=True):
+                pts = res.points
+                a = float(alphas[i])
+                got = pts[:k]
+                scores[i, : len(got)] = [p.score for p in got]
+                ids[i, : len(got)] = [int(p.id) for p in got]
+                if a == 0 or self._proven(pts, k, a, int(depth[i]), n_rest, st):
+                    continue
+                depth[i] = min(n_rest, depth[i] * _GROWTH)
+                still.append(i)
+            active = np.array(still, dtype=np.int64)
+        return scores, ids
+
+    @staticmethod
+    def _proven(pts: list, k: int, alpha: float, depth: int, n_rest: int, st: dict[str, float]) -> bool:
+        """Whether nothing outside the fetched candidates can enter the top-k (see normrank.ann)."""
+        if depth >= n_rest:
+            return True
+        norms = np.array([p.payload[_NORM] for p in pts], dtype=np.float64)
+        s = np.array([p.score for p in pts], dtype=np.float64)
+        if st["tail"]:
+            rest = norms >= st["t_lo"] if alpha < 0 else norms <= st["t_hi"]
+            w_hi = (st["t_lo"] if alpha < 0 else st["t_hi"]) ** alpha
+        else:
+            rest = np.ones(norms.size, dtype=bool)
+            w_hi = max(st["min"] ** alpha, st["max"] ** alpha)
+        w_lo = min(st["min"] ** alpha, st["max"] ** alpha)
+        if rest.sum() < depth:  # fewer candidates than asked for: the collection is exhausted
+            return True
+        c_last = float(np.min(s[rest] / norms[rest] ** alpha))
+        kth = s[k - 1] if len(pts) >= k else -np.inf
+        # Scores come back as float32: allow for their rounding.
+        return bool(kth >= unseen_bound(np.array(c_last), w_hi, w_lo) + 1e-6 * abs(kth))

