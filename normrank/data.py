@@ -36,10 +36,11 @@ class DatasetNotFoundError(NormrankError, FileNotFoundError):
 def query_depth(qid: str) -> int:
     """Heading depth of a TREC CAR style id: ``"Page/Section/Subsection"`` -> 3 (a page alone -> 1).
 
-    A leading ``enwiki:`` is ignored and URL escapes (``%20``) are decoded first.
+    A leading ``enwiki:`` is ignored. The id is split on literal ``/`` before URL escapes are
+    decoded, so a heading containing an escaped slash (``%2F``) stays one heading.
     """
-    path = unquote(qid.split(":", 1)[1] if qid.startswith("enwiki:") else qid)
-    return len([p for p in path.split("/") if p])
+    path = qid.split(":", 1)[1] if qid.startswith("enwiki:") else qid
+    return max(1, len([p for p in path.split("/") if unquote(p).strip()]))
 
 
 def depth_bucket(depth: int) -> str:
@@ -132,7 +133,7 @@ def load_beir_folder(folder: str | Path, split: str = "test", name: str | None =
         query_texts=[str(q.get("text") or "") for q in queries],
         qrels=read_qrels(qrels_path),
         split=split,
-        source=str(folder),
+        source=str(folder.resolve()),
     )
 
 

@@ -7,18 +7,18 @@ against plain FAISS or numpy (``except ValueError``) keeps working.
 from __future__ import annotations
 
 __all__ = [
-    "NormrankError",
-    "InvalidInputError",
-    "DimensionMismatchError",
-    "NonFiniteError",
-    "ZeroNormError",
-    "DuplicateIdError",
-    "UnknownIdError",
-    "InvalidParameterError",
-    "IndexStateError",
     "CorruptIndexError",
-    "UnsupportedIndexError",
+    "DimensionMismatchError",
+    "DuplicateIdError",
+    "IndexStateError",
+    "InvalidInputError",
+    "InvalidParameterError",
     "MissingDependencyError",
+    "NonFiniteError",
+    "NormrankError",
+    "UnknownIdError",
+    "UnsupportedIndexError",
+    "ZeroNormError",
 ]
 
 

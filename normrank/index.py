@@ -20,7 +20,7 @@ from normrank.errors import (
     UnsupportedIndexError,
 )
 from normrank.scoring import norm_weight
-from normrank.topk import topk, weighted_flat_search
+from normrank.topk import weighted_flat_search
 from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
 
 __all__ = ["NormIndex"]
@@ -120,7 +120,9 @@ class NormIndex:
         self.k_factor = k_factor
         self._set_ann_options(ann, n_tail, max_depth, device)
 
-    def _set_ann_options(self, ann: str, n_tail: int | None, max_depth: int | None, device: str | None) -> None:
+    def _set_ann_options(
+        self, ann: str, n_tail: int | None, max_depth: int | None, device: str | None
+    ) -> None:
         """ANN and device options (see :mod:`normrank.ann` and :mod:`normrank.backends.torch_flat`)."""
         if ann not in _ANN_METHODS:
             raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {ann!r}")
@@ -434,34 +436,36 @@ class NormIndex:
             lookup = self._aux["lookup"] = _ann.IdLookup(self._ids)
         weights = self._weight_for(alpha)
         n_all = self.ntotal + len(self._tombstones)
-        start = min(n_all, max(k * factor, _ann.ann_params(self._index).get("efSearch", 0)))
+        params = _ann.ann_params(self._index)
+        start = min(n_all, _ann.default_start(k, factor, params))
         if getattr(self, "ann", "adaptive") == "overfetch":
             return _ann.adaptive_search(
                 self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
-                start_depth=start, max_depth=start,
+                start_depth=min(n_all, k * factor), max_depth=min(n_all, k * factor),
             )
         max_depth = n_all if getattr(self, "max_depth", None) is None else max(k, self.max_depth)
         return _ann.adaptive_search(
             self._index, unit_q, k, weights, lookup,
-            start_depth=start, max_depth=max_depth, tail=self._tail(alpha, weights),
+            start_depth=start, max_depth=max_depth, tail=self._tail(alpha, weights, params),
         )
 
     def _ones(self) -> np.ndarray:
         return np.ones(self.ntotal, dtype=np.float32)
 
-    def _tail(self, alpha: float, weights: np.ndarray | None):
+    def _tail(self, alpha: float, weights: np.ndarray | None, params: dict[str, int]):
         """The highest-weight documents for the sign of ``alpha``, with their unit vectors."""
         from normrank import ann as _ann
 
         if weights is None:
             return None
         n_tail = getattr(self, "n_tail", None)
-        n_tail = _ann.default_tail(self.ntotal) if n_tail is None else min(n_tail, self.ntotal)
+        n_tail = _ann.default_tail(self.ntotal, params) if n_tail is None else min(n_tail, self.ntotal)
         key = f"tail{n_tail}{'+' if alpha > 0 else '-'}"
         tail = self._aux.get(key)
         if tail is None:
             pos = _ann.tail_positions(weights, n_tail)
-            vecs = self._index.reconstruct_batch(self._ids[pos]) if pos.size else np.empty((0, self.dim), "f4")
+            ids = self._ids[pos]
+            vecs = self._index.reconstruct_batch(ids) if pos.size else np.empty((0, self.dim), "f4")
             tail = self._aux[key] = (pos, np.ascontiguousarray(vecs, dtype=np.float32))
         return tail
 
@@ -518,6 +522,7 @@ class NormIndex:
                 wrapped.construct_rev_map()
             out._init_state(wrapped, None)
             out.alpha, out.k_factor = alpha, k_factor
+            out._set_ann_options("adaptive", None, None, None)
             out._set_contents(ids, n.astype(np.float32))
             return out
         raw = _raw_vectors(index, inner)

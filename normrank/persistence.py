@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError
+from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError
 
 if TYPE_CHECKING:
     from normrank.index import NormIndex
@@ -140,6 +140,7 @@ def _save_locked(index: NormIndex, root: Path) -> None:
         "count": index.ntotal,
         "alpha": index.alpha,
         "k_factor": index.k_factor,
+        "ann": {"method": index.ann, "n_tail": index.n_tail, "max_depth": index.max_depth},
         "factory": index.factory,
         "faiss_type": type(faiss_index).__name__,
         "tombstones": len(index._tombstones),
@@ -357,6 +358,11 @@ def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str
     out.alpha = float(m["alpha"])
     kf = m.get("k_factor", 10)
     out.k_factor = kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10
+    ann = m.get("ann") if isinstance(m.get("ann"), dict) else {}
+    try:  # search options, not data: the device is a runtime choice and is not saved
+        out._set_ann_options(ann.get("method", "adaptive"), ann.get("n_tail"), ann.get("max_depth"), None)
+    except NormrankError as e:
+        raise CorruptIndexError(f"bad ANN options in the manifest: {e}") from e
     try:
         out._set_contents(ids, norms, weights)
     except Exception as e:

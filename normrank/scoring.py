@@ -33,7 +33,13 @@ def norm_weight(norms: ArrayLike, alpha: float) -> np.ndarray:
     n = np.asarray(norms, dtype=np.float64)
     if alpha == 0:
         return np.ones(n.shape, dtype=np.float32)
-    return np.power(n, alpha).astype(np.float32)
+    with np.errstate(over="ignore"):
+        w = np.power(n, alpha).astype(np.float32)
+    if not np.isfinite(w).all():
+        raise InvalidParameterError(
+            f"alpha={alpha} overflows float32: ||d||**alpha is too large for some documents"
+        )
+    return w
 
 
 def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndarray:

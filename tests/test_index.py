@@ -281,7 +281,7 @@ def test_scoring_functions(rng):
     np.testing.assert_allclose(
         normrank.symmetric_score(cos, qn, norms, 0.3), cos * qn[:, None] ** -0.3 * norms**-0.3, rtol=1e-6
     )
-    vals, pos = normrank.topk(np.array([[0.1, 0.9, 0.5]], np.float32), 2)
+    _, pos = normrank.topk(np.array([[0.1, 0.9, 0.5]], np.float32), 2)
     np.testing.assert_array_equal(pos, [[1, 2]])
 
 
@@ -302,7 +302,7 @@ def test_cli_build_and_search(tmp_path, rng):
     res = runner.invoke(app, ["index", "search", str(tmp_path / "ix"), str(tmp_path / "q.npy"), "-k", "4"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
-    ref, ids = brute_force(x, q, -1.0)
+    ref, _ = brute_force(x, q, -1.0)
     assert [r["ids"] for r in rows] == np.argsort(-ref, axis=1)[:, :4].tolist()
     res = runner.invoke(app, ["index", "search", str(tmp_path / "nope"), str(tmp_path / "q.npy")])
     assert res.exit_code == 2 and "error" in res.output

@@ -172,7 +172,9 @@ def test_fast_path_equals_generic_path(model_cls):
     assert fast.settings["path"] == ("fast-linear" if model_cls is LinearModel else "fast-tail")
     assert slow.settings["path"] == "generic"
     for name in ("norm", "drift", "heat", "energy"):
-        np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-7, atol=1e-15, err_msg=name)
+        np.testing.assert_allclose(
+            getattr(fast, name), getattr(slow, name), rtol=1e-7, atol=1e-15, err_msg=name
+        )
 
 
 @pytest.mark.parametrize("scope", ["full", "head", "last:1"])
@@ -184,7 +186,15 @@ def test_parameters_and_flags_restored_exactly(scope):
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
     flags = {n: p.requires_grad for n, p in m.named_parameters()}
     texts = ["w1 w2", "w3", "w4 w5 w6"]
-    probe(model, texts, [("w1", "w2"), ("w3", "w4"), ("w5 w6", "w7")], steps=3, batch_size=3, lr=0.5, scope=scope)
+    probe(
+        model,
+        texts,
+        [("w1", "w2"), ("w3", "w4"), ("w5 w6", "w7")],
+        steps=3,
+        batch_size=3,
+        lr=0.5,
+        scope=scope,
+    )
     assert m.training
     for n, p in m.named_parameters():
         assert torch.equal(p, before[n]), n
@@ -213,7 +223,17 @@ class _Spy(LinearModel):
         ("head", {"head.weight", "head.bias"}),
         ("last:1", {"blocks.1.weight", "blocks.1.bias"}),
         ("last:2", {"blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"}),
-        ("full", {"head.weight", "head.bias", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"}),
+        (
+            "full",
+            {
+                "head.weight",
+                "head.bias",
+                "blocks.0.weight",
+                "blocks.0.bias",
+                "blocks.1.weight",
+                "blocks.1.bias",
+            },
+        ),
     ],
 )
 def test_scope_restricts_which_parameters_move(scope, expected):
@@ -274,7 +294,10 @@ def test_invalid_inputs_raise():
 
 
 def test_self_pairs_and_tsv(tmp_path):
-    assert self_pairs(["T1", "", ""], ["body one", "a b c d e", "x"]) == [("T1", "body one"), ("a b", "c d e")]
+    assert self_pairs(["T1", "", ""], ["body one", "a b c d e", "x"]) == [
+        ("T1", "body one"),
+        ("a b", "c d e"),
+    ]
     f = tmp_path / "p.tsv"
     f.write_text("# comment\nq one\td one\n\nq two\td two\textra\n")
     assert pairs_from_tsv(f) == [("q one", "d one"), ("q two", "d two")]
@@ -286,7 +309,10 @@ def test_self_pairs_and_tsv(tmp_path):
 def test_pairs_from_beir_train_qrels(tmp_path):
     (tmp_path / "qrels").mkdir()
     (tmp_path / "corpus.jsonl").write_text(
-        "\n".join(json.dumps(r) for r in [{"_id": "d1", "title": "T", "text": "x y"}, {"_id": "d2", "title": "", "text": "z"}])
+        "\n".join(
+            json.dumps(r)
+            for r in [{"_id": "d1", "title": "T", "text": "x y"}, {"_id": "d2", "title": "", "text": "z"}]
+        )
     )
     (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what"}) + "\n")
     (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n")
@@ -307,7 +333,9 @@ def test_theory_helpers_against_references():
     drift, energy, lr, lam = rng.normal(size=20), rng.random(20), 1e-3, 0.01
     R = predicted_norm(drift, heat[:20], energy, lr, lam)
     d_star, v_star2 = drift / (lr * lam), (energy + heat[:20]) / (lr * lam)
-    np.testing.assert_allclose(2 * R**4 - 2 * d_star * R**2 - v_star2, 0, atol=1e-6 * np.max(v_star2))  # eq. 4.14
+    np.testing.assert_allclose(
+        2 * R**4 - 2 * d_star * R**2 - v_star2, 0, atol=1e-6 * np.max(v_star2)
+    )  # eq. 4.14
     assert np.all(R > 0)
 
 
@@ -319,9 +347,17 @@ def test_write_probe_outputs(tmp_path):
     with np.load(tmp_path / "probe.npz", allow_pickle=False) as z:
         assert z["doc_ids"].dtype.kind == "U" and list(z["doc_ids"]) == ["a", "b", "c", "d", "e"]
         got = json.loads((tmp_path / "probe.json").read_text())
-        for key, (u, v) in {"heat_norm": ("heat", "norm"), "drift_norm": ("drift", "norm"), "drift_heat": ("drift", "heat")}.items():
+        for key, (u, v) in {
+            "heat_norm": ("heat", "norm"),
+            "drift_norm": ("drift", "norm"),
+            "drift_heat": ("drift", "heat"),
+        }.items():
             assert got["correlations"][key] == pytest.approx(np.corrcoef(z[u], z[v])[0, 1], rel=1e-9)
-    assert got["settings"]["scope"] == "full" and "equilibrium" in got and payload["loglog_slope_norm_vs_heat"] == got["loglog_slope_norm_vs_heat"]
+    assert (
+        got["settings"]["scope"] == "full"
+        and "equilibrium" in got
+        and payload["loglog_slope_norm_vs_heat"] == got["loglog_slope_norm_vs_heat"]
+    )
     assert (tmp_path / "probe.png").stat().st_size > 1000
     with pytest.raises(InvalidInputError):
         write_probe(r, ["a"], tmp_path / "x")

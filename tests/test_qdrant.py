@@ -11,7 +11,6 @@ from normrank.errors import DuplicateIdError, UnknownIdError
 qdrant_client = pytest.importorskip("qdrant_client")
 
 
-
 def clustered(n: int, nq: int, d: int, seed: int):
     """Clustered directions, log-normal norms (as tests/test_ann.py)."""
     rng = np.random.default_rng(seed)

@@ -33,7 +33,9 @@ def _models() -> Any:
     try:
         from qdrant_client import models
     except ImportError as e:
-        raise MissingDependencyError("the Qdrant backend needs qdrant-client: pip install 'normrank[qdrant]'") from e
+        raise MissingDependencyError(
+            "the Qdrant backend needs qdrant-client: pip install 'normrank[qdrant]'"
+        ) from e
     return models
 
 
@@ -173,7 +175,9 @@ class QdrantNormIndex:
         if missing:
             raise UnknownIdError(f"unknown ids: {missing[:10]}")
         if arr.size:
-            self.client.delete(self.collection, points_selector=m.PointIdsList(points=arr.tolist()), wait=True)
+            self.client.delete(
+                self.collection, points_selector=m.PointIdsList(points=arr.tolist()), wait=True
+            )
         self._stats = None
         return int(arr.size)
 
@@ -232,7 +236,7 @@ class QdrantNormIndex:
             reqs = [self._request(unit_q[i], k, float(alphas[i]), int(depth[i]), st) for i in active]
             try:
                 results = self.client.query_batch_points(self.collection, requests=reqs)
-            except Exception as e:  # noqa: BLE001 - any server/client failure is a state error here
+            except Exception as e:
                 raise IndexStateError(f"Qdrant query failed: {e}") from e
             still = []
             for i, res in zip(active, results, strict=True):

@@ -61,7 +61,9 @@ class TorchFlatStore:
             if len(self._weights) >= 8:
                 self._weights.pop(next(iter(self._weights)))
             torch = _torch()
-            w = self._weights[key] = torch.from_numpy(np.ascontiguousarray(weights, np.float32)).to(self.device)
+            w = self._weights[key] = torch.from_numpy(np.ascontiguousarray(weights, np.float32)).to(
+                self.device
+            )
         return w
 
 

@@ -11,7 +11,9 @@ from normrank.cli.app import app
 
 @app.command("probe")
 def probe_command(
-    data: Path = typer.Argument(..., help="BEIR folder (corpus.jsonl; qrels/train.tsv gives the pairs when present)."),
+    data: Path = typer.Argument(
+        ..., help="BEIR folder (corpus.jsonl; qrels/train.tsv gives the pairs when present)."
+    ),
     model: str = typer.Option(..., "--model", "-m", help="Encoder name or path (a torch model)."),
     scope: str = typer.Option("head", help="Parameters a virtual step moves: full | head | last:N."),
     steps: int = typer.Option(64, help="Virtual minibatches M."),
@@ -19,11 +21,15 @@ def probe_command(
     lr: float = typer.Option(1e-3, help="Virtual step size eta."),
     temperature: float = typer.Option(0.05, help="InfoNCE temperature."),
     probe_docs: int = typer.Option(0, help="Probe a seeded random subset of N documents (0: all)."),
-    pairs: str = typer.Option("auto", help="auto (train qrels, else self-pairs) | self | PATH.tsv of anchor<TAB>positive."),
+    pairs: str = typer.Option(
+        "auto", help="auto (train qrels, else self-pairs) | self | PATH.tsv of anchor<TAB>positive."
+    ),
     weight_decay: float = typer.Option(0.0, help="lambda for the eq. 4.15 equilibrium-norm check (0: skip)."),
     seed: int = typer.Option(0, help="Seed of the minibatch draws and of --probe-docs."),
     encode_batch_size: int = typer.Option(32, help="Texts per forward pass when re-encoding."),
-    fast_path: bool = typer.Option(True, help="Replay only the tail after the head (scope=head) when verified exact."),
+    fast_path: bool = typer.Option(
+        True, help="Replay only the tail after the head (scope=head) when verified exact."
+    ),
     out: Path = typer.Option(Path("probe-out"), help="Output directory: probe.npz, probe.json, probe.png."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
@@ -42,9 +48,13 @@ def probe_command(
         if pairs == "self":
             pair_list, pair_src = self_pairs(titles, bodies), "self-pairs"
         else:
-            pair_list, pair_src = load_pairs(data if pairs == "auto" else Path(pairs), titles=titles, texts=bodies)
+            pair_list, pair_src = load_pairs(
+                data if pairs == "auto" else Path(pairs), titles=titles, texts=bodies
+            )
         if batch_size > len(pair_list):
-            console.print(f"[yellow]only {len(pair_list)} pairs: --batch-size {batch_size} -> {len(pair_list)}[/yellow]")
+            console.print(
+                f"[yellow]only {len(pair_list)} pairs: --batch-size {batch_size} -> {len(pair_list)}[/yellow]"
+            )
             batch_size = len(pair_list)
         if probe_docs < 0:
             raise InvalidParameterError(f"--probe-docs must be >= 0, got {probe_docs}")
@@ -84,9 +94,9 @@ def probe_command(
     except NormrankError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from e
-    c = payload["correlations"]
+    c, st, slope = payload["correlations"], result.settings, payload["loglog_slope_norm_vs_heat"]
     console.print(
-        f"{len(ids)} docs, scope={result.settings['scope']} ({result.settings['path']}), "
-        f"{result.settings['seconds']:.1f}s: r(heat,norm)={c['heat_norm']:+.3f} r(drift,norm)={c['drift_norm']:+.3f} "
-        f"r(drift,heat)={c['drift_heat']:+.3f} log-log slope={payload['loglog_slope_norm_vs_heat']:.3f} -> {out}"
+        f"{len(ids)} docs, scope={st['scope']} ({st['path']}), {st['seconds']:.1f}s: "
+        f"r(heat,norm)={c['heat_norm']:+.3f} r(drift,norm)={c['drift_norm']:+.3f} "
+        f"r(drift,heat)={c['drift_heat']:+.3f} log-log slope={slope:.3f} -> {out}"
     )

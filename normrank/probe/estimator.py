@@ -59,8 +59,14 @@ def sample_batches(n_pairs: int, steps: int, batch_size: int, seed: int) -> np.n
     return np.stack([rng.choice(n_pairs, size=batch_size, replace=False) for _ in range(steps)])
 
 
-def _check_args(probe_texts: Any, pairs: Any, steps: int, batch_size: int, lr: float, temperature: float) -> None:
-    if isinstance(probe_texts, str) or not all(isinstance(t, str) for t in probe_texts) or len(probe_texts) == 0:
+def _check_args(
+    probe_texts: Any, pairs: Any, steps: int, batch_size: int, lr: float, temperature: float
+) -> None:
+    if (
+        isinstance(probe_texts, str)
+        or not all(isinstance(t, str) for t in probe_texts)
+        or len(probe_texts) == 0
+    ):
         raise InvalidInputError("probe_texts must be a non-empty list of strings")
     if len(pairs) < 2 or not all(len(p) == 2 and all(isinstance(s, str) for s in p) for p in pairs):
         raise InvalidInputError("pairs must be a list of at least two (anchor, positive) string pairs")
@@ -68,7 +74,7 @@ def _check_args(probe_texts: Any, pairs: Any, steps: int, batch_size: int, lr: f
         raise InvalidParameterError(f"steps must be >= 2 (the heat uses 1/(M-1)), got {steps}")
     if not 2 <= int(batch_size) <= len(pairs):
         raise InvalidParameterError(
-            f"batch_size must be in [2, number of pairs = {len(pairs)}] (in-batch negatives), got {batch_size}"
+            f"batch_size must be in [2, len(pairs) = {len(pairs)}] (in-batch negatives), got {batch_size}"
         )
     if not (np.isfinite(lr) and lr > 0):
         raise InvalidParameterError(f"lr must be a positive finite number, got {lr}")
@@ -137,8 +143,6 @@ def probe(
     train/eval mode and ``requires_grad`` flags are put back. Dropout is off (eval mode) while
     probing. Duplicated probe texts are probed once and share their values.
     """
-    import torch
-
     _check_args(probe_texts, pairs, steps, batch_size, lr, temperature)
     pairs = [(str(a), str(b)) for a, b in pairs]
     t0 = time.perf_counter()
@@ -161,9 +165,13 @@ def probe(
             tail = detect_tail(model, sc.head, sc.head_path or "", uniq[: min(4, len(uniq))])
         with _progress(progress) as bar:
             if tail is not None:
-                norm, stats = _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, encode_batch_size, bar)
+                norm, stats = _run_fast(
+                    model, sc, tail, uniq, pairs, batches, lr, temperature, encode_batch_size, bar
+                )
             else:
-                norm, stats = _run_generic(model, sc, uniq, pairs, batches, lr, temperature, encode_batch_size, bar)
+                norm, stats = _run_generic(
+                    model, sc, uniq, pairs, batches, lr, temperature, encode_batch_size, bar
+                )
     finally:
         for p in module.parameters():
             p.requires_grad_(flags[id(p)])
@@ -176,7 +184,9 @@ def probe(
     energy = np.einsum("ij,ij->i", mean, mean)
     for name, arr in (("norm", norm), ("drift", drift), ("heat", heat)):
         if not np.all(np.isfinite(arr)):
-            raise NonFiniteError(f"probe produced non-finite {name} values (lr too large, or a zero embedding?)")
+            raise NonFiniteError(
+                f"probe produced non-finite {name} values (lr too large, or a zero embedding?)"
+            )
     settings = {
         "steps": int(steps),
         "batch_size": int(batch_size),
@@ -194,7 +204,11 @@ def probe(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     return ProbeResult(
-        norm=norm[inverse], drift=drift[inverse], heat=heat[inverse], energy=energy[inverse], settings=settings
+        norm=norm[inverse],
+        drift=drift[inverse],
+        heat=heat[inverse],
+        energy=energy[inverse],
+        settings=settings,
     )
 
 
@@ -241,18 +255,49 @@ def _run_generic(model, sc, uniq, pairs, batches, lr, temperature, ebs, bar):
     return norm, stats
 
 
+# Cached pair features for the head's gradients are dropped beyond this many bytes (then every
+# step re-runs the model on its minibatch instead).
+PAIR_CACHE_BYTES = 2 * 1024**3
+
+
+def _pair_embedder(model, tail, pairs, batches, ebs, bar):
+    """``texts -> z`` for the minibatch texts, from features cached once (None if too large)."""
+    used = list(dict.fromkeys(t for idx in batches for i in idx for t in pairs[i]))
+    items: dict[str, Any] = {}
+    size = 0
+    task = bar.add_task("pair features", total=len(used))
+    for c in _chunks(used, ebs):
+        texts = [used[i] for i in c]
+        _, cache = tail.capture(texts)
+        size += sum(v.numel() * v.element_size() for v in cache.values())
+        if size > PAIR_CACHE_BYTES:
+            bar.remove_task(task)
+            return None
+        items.update(zip(texts, tail.split(cache), strict=True))
+        bar.advance(task, len(c))
+    return lambda texts: tail.embed([items[t] for t in texts])
+
+
 def _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, ebs, bar):
-    """All M head updates first (they do not depend on the probe texts), then stream the texts."""
+    """All M head updates first (they do not depend on the probe texts), then stream the texts.
+
+    The pair texts enter the head's gradient only through their features at the head's input,
+    which the step does not change: they are captured once and each step replays the tail.
+    """
     import torch
 
     head = sc.head
+    with torch.no_grad():
+        embed = _pair_embedder(model, tail, pairs, batches, ebs, bar)
+    src = model if embed is None else _CachedModel(embed)
     task = bar.add_task(f"gradients ({sc.name}, {tail.kind})", total=len(batches))
     dws, dbs = [], []
     for idx in batches:
-        grads = _step_grads(model, sc, pairs, idx, temperature)
+        grads = _step_grads(src, sc, pairs, idx, temperature)
         dws.append((-lr * grads[0]).detach())
         dbs.append((-lr * grads[1]).detach() if head.bias is not None else None)
         bar.advance(task)
+    del embed, src
     d = head.out_features
     stats = _Stats(len(uniq), d)
     stats.zhat = np.zeros((len(uniq), d))
@@ -269,3 +314,10 @@ def _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, ebs, bar):
                 stats.update(c, dz * norm[c, None])
             bar.advance(task, len(c))
     return norm, stats
+
+
+class _CachedModel:
+    """Stands in for the model in :func:`_step_grads`: embeddings from cached features."""
+
+    def __init__(self, embed) -> None:
+        self.embed_tensor = embed

@@ -17,6 +17,7 @@ the model's embedding; otherwise the probe falls back to the generic re-encoding
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,7 +53,20 @@ class LinearOutputTail:
 
         return F.linear(cache["h"], self.head.weight, self.head.bias)
 
-    def delta(self, cache: dict[str, torch.Tensor], dw: torch.Tensor, db: torch.Tensor | None) -> torch.Tensor:
+    def split(self, cache: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Per-text cached features, for :meth:`embed`."""
+        return list(cache["h"])
+
+    def embed(self, items: list[torch.Tensor]) -> torch.Tensor:
+        """Embeddings of cached texts at the head's current weights (differentiable in them)."""
+        import torch
+        import torch.nn.functional as F
+
+        return F.linear(torch.stack(items), self.head.weight, self.head.bias)
+
+    def delta(
+        self, cache: dict[str, torch.Tensor], dw: torch.Tensor, db: torch.Tensor | None
+    ) -> torch.Tensor:
         """``dz = dW h + db``: exact for a linear output, no cancellation."""
         dz = cache["h"] @ dw.T
         return dz if db is None else dz + db
@@ -63,7 +77,9 @@ class ResidualNormMeanPoolTail:
 
     kind = "fast-tail"
 
-    def __init__(self, model: Any, head: torch.nn.Linear, block_out: torch.nn.Module, pooling: torch.nn.Module):
+    def __init__(
+        self, model: Any, head: torch.nn.Linear, block_out: torch.nn.Module, pooling: torch.nn.Module
+    ):
         self.model, self.head, self.block_out, self.pooling = model, head, block_out, pooling
         self.ln = block_out.LayerNorm
 
@@ -98,7 +114,7 @@ class ResidualNormMeanPoolTail:
         seg = torch.arange(keep.shape[0]).unsqueeze(1).expand_as(keep)[keep]
         counts = keep.sum(1).clamp(min=1).to(h.dtype).unsqueeze(1)
         u = F.linear(h, self.head.weight, self.head.bias) + r
-        cache = {"h": h, "u": u, "seg": seg, "counts": counts}
+        cache = {"h": h, "r": r, "u": u, "seg": seg, "counts": counts}
         cache["z0"] = self._pool(self._norm(u), cache)
         return z, cache
 
@@ -118,7 +134,27 @@ class ResidualNormMeanPoolTail:
     def base(self, cache: dict[str, torch.Tensor]) -> torch.Tensor:
         return cache["z0"]
 
-    def delta(self, cache: dict[str, torch.Tensor], dw: torch.Tensor, db: torch.Tensor | None) -> torch.Tensor:
+    def split(self, cache: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-text ``(h, r)`` token features, for :meth:`embed`."""
+        bounds = [0, *cache["counts"].squeeze(1).long().cumsum(0).tolist()]
+        h, r = cache["h"], cache["r"]
+        return [(h[a:b], r[a:b]) for a, b in pairwise(bounds)]
+
+    def embed(self, items: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Embeddings of cached texts at the head's current weights (differentiable in them)."""
+        import torch
+        import torch.nn.functional as F
+
+        h = torch.cat([it[0] for it in items])
+        r = torch.cat([it[1] for it in items])
+        counts = torch.tensor([len(it[0]) for it in items])
+        cache = {"seg": torch.repeat_interleave(torch.arange(len(items)), counts)}
+        cache["counts"] = counts.clamp(min=1).to(h.dtype).unsqueeze(1)
+        return self._pool(self._norm(F.linear(h, self.head.weight, self.head.bias) + r), cache)
+
+    def delta(
+        self, cache: dict[str, torch.Tensor], dw: torch.Tensor, db: torch.Tensor | None
+    ) -> torch.Tensor:
         """Replay of the tail at ``W + dW``, minus the replay at ``W`` (same arithmetic both times)."""
         pre = cache["u"] + cache["h"] @ dw.T
         if db is not None:

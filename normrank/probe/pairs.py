@@ -42,7 +42,9 @@ def read_corpus(folder: str | Path) -> tuple[list[str], list[str], list[str], li
     if load_dataset is not None:
         ds = load_dataset(str(folder))
         titles, texts = [str(t or "") for t in ds.doc_titles], list(ds.doc_texts)
-        bodies = [x[len(t) :].strip() if t and x.startswith(t) else x for t, x in zip(titles, texts, strict=True)]
+        bodies = [
+            x[len(t) :].strip() if t and x.startswith(t) else x for t, x in zip(titles, texts, strict=True)
+        ]
         return list(ds.doc_ids), titles, bodies, texts
     path = Path(folder) / "corpus.jsonl"
     if not path.is_file():
@@ -70,7 +72,9 @@ def pairs_from_qrels(folder: str | Path, split: str = "train") -> list[tuple[str
                 continue
             qid, did = str(row["query-id"]), str(row["corpus-id"])
             if qid not in queries or did not in corpus:
-                raise InvalidInputError(f"{qrels}: query {qid!r} or document {did!r} is not in the collection")
+                raise InvalidInputError(
+                    f"{qrels}: query {qid!r} or document {did!r} is not in the collection"
+                )
             doc = corpus[did]
             pairs.append((queries[qid]["text"], f"{doc.get('title', '')} {doc.get('text', '')}".strip()))
     return pairs
@@ -120,4 +124,6 @@ def load_pairs(source: str | Path, *, titles: list[str] | None = None, texts: li
     if titles is None or texts is None:
         raise InvalidInputError(f"{source} has no qrels/train.tsv; give the documents for self-pairs")
     has_titles = any(t.strip() for t in titles)
-    return self_pairs(titles, texts), "self-pairs (title <-> text)" if has_titles else "self-pairs (text halves)"
+    return self_pairs(
+        titles, texts
+    ), "self-pairs (title <-> text)" if has_titles else "self-pairs (text halves)"

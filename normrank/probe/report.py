@@ -55,7 +55,9 @@ def write_probe(
     payload = {"settings": {**result.settings, **(settings or {})}, **checks}
     (out / "probe.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
     if plot:
-        plot_heat_norm(result.heat, result.norm, out / "probe.png", title=str(payload["settings"].get("title", "")))
+        plot_heat_norm(
+            result.heat, result.norm, out / "probe.png", title=str(payload["settings"].get("title", ""))
+        )
     return payload
 
 
@@ -76,7 +78,12 @@ def plot_heat_norm(heat: np.ndarray, norm: np.ndarray, path: str | Path, *, titl
     ax.scatter(heat[ok], norm[ok], s=4, alpha=0.4, lw=0)
     if fit["n"] >= 2:
         xs = np.geomspace(heat[ok].min(), heat[ok].max(), 50)
-        ax.plot(xs, np.exp(fit["intercept"]) * xs ** fit["slope"], "r-", label=f"fit: slope {fit['slope']:.3f} (r={fit['r']:.3f})")
+        ax.plot(
+            xs,
+            np.exp(fit["intercept"]) * xs ** fit["slope"],
+            "r-",
+            label=f"fit: slope {fit['slope']:.3f} (r={fit['r']:.3f})",
+        )
         x0, y0 = np.exp(np.mean(np.log(heat[ok]))), np.exp(np.mean(np.log(norm[ok])))
         ax.plot(xs, y0 * (xs / x0) ** 0.25, "k--", label="theory: slope 0.25")
     ax.set_xscale("log")

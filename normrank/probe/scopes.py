@@ -97,14 +97,14 @@ def find_block_stack(module: torch.nn.Module) -> torch.nn.ModuleList:
             if key > best_key:
                 best, best_key = m, key
     if best is None:
-        raise InvalidParameterError("the model has no stack of repeated blocks (nn.ModuleList); use 'full' or 'head'")
+        raise InvalidParameterError(
+            "the model has no stack of repeated blocks (nn.ModuleList); use 'full' or 'head'"
+        )
     return best
 
 
 def resolve_scope(model: Any, scope: str, sample_text: str) -> Scope:
     """Resolve a scope string against ``model.torch_module``."""
-    import torch
-
     module: torch.nn.Module = model.torch_module
     if not isinstance(scope, str):
         raise InvalidParameterError(f"scope must be 'full', 'head' or 'last:N', got {scope!r}")
@@ -125,10 +125,14 @@ def resolve_scope(model: Any, scope: str, sample_text: str) -> Scope:
             raise InvalidParameterError(f"scope 'last:N' needs an integer N, got {scope!r}") from e
         stack = find_block_stack(module)
         if not 1 <= n_blocks <= len(stack):
-            raise InvalidParameterError(f"scope {scope!r}: the model has {len(stack)} blocks, N must be in [1, {len(stack)}]")
+            raise InvalidParameterError(
+                f"scope {scope!r}: the model has {len(stack)} blocks, N must be in [1, {len(stack)}]"
+            )
         path = _module_path(module, stack)
         params = []
         for i in range(len(stack) - n_blocks, len(stack)):
-            params += [(f"{path}.{i}.{n}", p) for n, p in stack[i].named_parameters() if p.is_floating_point()]
+            params += [
+                (f"{path}.{i}.{n}", p) for n, p in stack[i].named_parameters() if p.is_floating_point()
+            ]
         return Scope(scope, params, extra={"blocks": f"{path}[{len(stack) - n_blocks}:{len(stack)}]"})
     raise InvalidParameterError(f"scope must be 'full', 'head' or 'last:N', got {scope!r}")

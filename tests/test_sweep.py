@@ -1,0 +1,239 @@
+"""The α-sweep: grids, metrics against ranx, exact ranking against numpy, CV, weights, outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normrank.data import Dataset
+from normrank.embedding_cache import EmbeddingCache
+from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.sweep import (
+    cross_validate,
+    load_weights,
+    parse_alphas,
+    rank_all_alphas,
+    sweep_embeddings,
+)
+from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
+from normrank.sweep_report import write_all
+
+ranx = pytest.importorskip("ranx")
+
+
+def test_default_grid_is_13_values_with_zero() -> None:
+    g = parse_alphas()
+    assert g == [-2 + 0.25 * i for i in range(13)]
+    assert 0.0 in g
+
+
+def test_grid_forms() -> None:
+    assert parse_alphas("-1,0.5") == [-1.0, 0.0, 0.5]  # 0 is always added
+    assert parse_alphas("0.5:1:0.25") == [0.0, 0.5, 0.75, 1.0]
+    for bad in ("", "a:b:c", "1:0:0.1", "0:1:0", "nan"):
+        with pytest.raises(InvalidParameterError):
+            parse_alphas(bad)
+
+
+def test_metric_parsing() -> None:
+    assert parse_metrics("ndcg@10, recall@100,ndcg@10") == ["ndcg@10", "recall@100"]
+    for bad in ("ndcg", "foo@10", "ndcg@0", ""):
+        with pytest.raises(InvalidParameterError):
+            parse_metrics(bad)
+
+
+def random_case(rng: np.random.Generator, nq: int = 40, n: int = 60, k: int = 20):
+    doc_ids = [f"d{i}" for i in range(n)]
+    qrels = []
+    for _ in range(nq):
+        judged = {f"d{j}": int(rng.integers(0, 4)) for j in rng.choice(n, int(rng.integers(0, 6)), replace=False)}
+        if rng.random() < 0.3:
+            judged["not-in-corpus"] = 2  # relevant but unretrievable: still counts for recall / IDCG
+        qrels.append(judged)
+    pos = np.stack([rng.permutation(n)[:k] for _ in range(nq)])
+    pos[0, k - 3 :] = -1  # a short ranking (FAISS padding)
+    return doc_ids, qrels, pos
+
+
+@pytest.mark.parametrize("metric", ["ndcg@10", "ndcg@3", "recall@20", "mrr@10", "precision@5", "hit_rate@10"])
+def test_vectorised_metrics_equal_ranx(metric: str) -> None:
+    rng = np.random.default_rng(1)
+    doc_ids, qrels, pos = random_case(rng)
+    got = per_query_metric(metric, pos[None], QrelsMatrix(qrels, {d: i for i, d in enumerate(doc_ids)}))[0]
+    qids = [f"q{i}" for i in range(len(qrels))]
+    qd = {q: j for q, j in zip(qids, qrels, strict=True) if any(v > 0 for v in j.values())}
+    run = {
+        q: {doc_ids[p]: float(pos.shape[1] - r) for r, p in enumerate(pos[i]) if p >= 0}
+        for i, q in enumerate(qids)
+        if q in qd
+    }
+    ref_run = ranx.Run(run)
+    ranx.evaluate(ranx.Qrels(qd), ref_run, metric, make_comparable=True)
+    keep = [i for i, q in enumerate(qids) if q in qd]
+    ref = [ref_run.scores[metric][qids[i]] for i in keep]
+    np.testing.assert_allclose(got[keep], ref, atol=1e-12)
+    # Queries without any relevant document score 0 (ranx drops them; they never reach the sweep).
+    assert np.all(got[[i for i in range(len(qids)) if i not in keep]] == 0)
+
+
+def test_rank_all_alphas_is_exact() -> None:
+    rng = np.random.default_rng(2)
+    docs = rng.standard_normal((300, 16)) * rng.uniform(0.2, 3.0, (300, 1))
+    q = rng.standard_normal((7, 16))
+    alphas = [-2.0, -0.5, 0.0, 0.75]
+    scores, pos, _ = rank_all_alphas(q, docs, None, alphas, 25)
+    norms = np.linalg.norm(docs, axis=1)
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T
+    for ai, a in enumerate(alphas):
+        ref = cos * norms**a
+        want = np.argsort(-ref, axis=1)[:, :25]
+        np.testing.assert_array_equal(pos[ai], want)
+        np.testing.assert_allclose(scores[ai], np.take_along_axis(ref, want, 1), rtol=2e-5)
+
+
+def test_rank_pads_when_fewer_docs_than_k() -> None:
+    rng = np.random.default_rng(3)
+    scores, pos, _ = rank_all_alphas(rng.standard_normal((2, 4)), rng.standard_normal((5, 4)), None, [0.0], 8)
+    assert np.all(pos[0, :, 5:] == -1) and np.all(np.isneginf(scores[0, :, 5:]))
+
+
+def test_zero_vector_rejected() -> None:
+    with pytest.raises(InvalidInputError):
+        rank_all_alphas(np.ones((1, 3)), np.zeros((2, 3)), None, [0.0], 1)
+
+
+def test_cross_validation_picks_planted_alpha_and_is_seeded() -> None:
+    alphas = [-1.0, 0.0, 0.5]
+    rng = np.random.default_rng(4)
+    pq = rng.random((3, 50)) * 0.1
+    pq[2] += 0.5  # alpha = 0.5 is best on every query
+    fa, fold, chosen = cross_validate(pq, alphas, 5, seed=7)
+    assert fa == [0.5] * 5 and np.all(chosen == 2)
+    assert np.bincount(fold).tolist() == [10] * 5
+    assert np.array_equal(cross_validate(pq, alphas, 5, seed=7)[1], fold)
+    # More folds than queries: leave-one-out.
+    assert len(cross_validate(pq[:, :3], alphas, 10)[0]) == 3
+    with pytest.raises(InvalidParameterError):
+        cross_validate(pq, alphas, 1)
+
+
+def test_cv_ties_prefer_cosine() -> None:
+    fa, _, _ = cross_validate(np.ones((3, 10)), [-1.0, 0.0, 1.0], 2)
+    assert fa == [0.0, 0.0]
+
+
+def planted_dataset(seed: int = 5, nq: int = 60, n: int = 400, d: int = 24) -> tuple[Dataset, np.ndarray, np.ndarray]:
+    """Relevant documents point near their query but have SMALL norms; distractors sit a bit
+    closer in angle with LARGE norms, so discounting the norm (alpha < 0) must help."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((nq, d))
+    docs = rng.standard_normal((n, d))
+    norms = rng.uniform(1.0, 2.0, n)
+    qrels = {}
+    for i in range(nq):
+        rel, dis = 2 * i, 2 * i + 1
+        docs[rel] = q[i] + 0.9 * rng.standard_normal(d)
+        docs[dis] = q[i] + 0.6 * rng.standard_normal(d)
+        norms[rel], norms[dis] = 0.5, 4.0
+        qrels[f"q{i}"] = {f"d{rel}": 1}
+    docs = docs / np.linalg.norm(docs, axis=1, keepdims=True) * norms[:, None]
+    ds = Dataset(
+        "planted", [f"d{j}" for j in range(n)], [""] * n, [""] * n,
+        [f"q{i}" for i in range(nq)], [""] * nq, qrels,
+    )  # fmt: skip
+    return ds, q.astype(np.float32), docs.astype(np.float32)
+
+
+def test_sweep_finds_negative_alpha_on_planted_signal(tmp_path: Path) -> None:
+    ds, q, docs = planted_dataset()
+    run = sweep_embeddings(ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5)
+    assert run.best_alpha < 0 and run.gain_pct() > 5
+    assert all(a < 0 for a in run.cv_alphas) and run.cv_gain_pct > 5
+    assert 0 <= run.p_value < 0.05
+    assert run.ranx_check["max_abs_diff_cosine"] < 1e-9
+    # The per-alpha mean equals an independent numpy ranking + ranx for one alpha.
+    norms = np.linalg.norm(docs.astype(np.float64), axis=1)
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T
+    ai = run.alphas.index(-1.0)
+    top = np.argsort(-(cos * norms**-1.0), axis=1)[:, :10]
+    ref_run = {f"q{i}": {f"d{j}": float(10 - r) for r, j in enumerate(top[i])} for i in range(len(q))}
+    ref = ranx.evaluate(ranx.Qrels(ds.qrels), ranx.Run(ref_run), "ndcg@10")
+    assert abs(run.mean("ndcg@10")[ai] - ref) < 1e-9
+
+    write_all([run], tmp_path)
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    (entry,) = data["runs"]
+    for key, typ in [("dataset", str), ("model", str), ("n_docs", int), ("n_queries", int), ("alphas", list),
+                     ("metrics", dict), ("best_alpha", float), ("cv", dict), ("norm_stats", dict)]:  # fmt: skip
+        assert isinstance(entry[key], typ), key
+    assert len(entry["metrics"]["ndcg@10"]) == len(entry["alphas"]) == 13
+    assert set(entry["cv"]) >= {"alphas", "ndcg@10", "gain_pct", "p_value"} and len(entry["cv"]["alphas"]) == 5
+    assert set(entry["norm_stats"]) == {"mean", "std", "cv"}
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
+    assert "| planted | toy |" in (tmp_path / "sweep.md").read_text()
+    lines = (tmp_path / "per_query.csv").read_text().splitlines()
+    assert len(lines) == 1 + len(q) and lines[0].startswith("dataset,model,query_id")
+
+
+def test_weights_equal_to_norms_reproduce_the_norm_sweep(tmp_path: Path) -> None:
+    ds, q, docs = planted_dataset(nq=20)
+    norms = np.linalg.norm(docs, axis=1)
+    f = tmp_path / "w.npz"
+    order = np.random.default_rng(0).permutation(len(ds.doc_ids))  # any order: aligned by id
+    np.savez(f, doc_ids=np.array(ds.doc_ids)[order], heat=norms[order])
+    name, w = load_weights(f"{f}:heat", ds.doc_ids)
+    assert name == "heat"
+    a = sweep_embeddings(ds, "m", q, docs, alphas=[-1.0, 0.0, 1.0], metrics=["ndcg@10"], folds=2)
+    b = sweep_embeddings(ds, "m", q, docs, alphas=[-1.0, 0.0, 1.0], metrics=["ndcg@10"], folds=2, weights=w, weight_name=name)
+    assert b.model == "m+heat"
+    np.testing.assert_allclose(a.per_query["ndcg@10"], b.per_query["ndcg@10"])
+
+
+def test_weights_validation(tmp_path: Path) -> None:
+    ids = ["a", "b"]
+    f = tmp_path / "w.npz"
+    np.savez(f, doc_ids=np.array(["a"]), heat=np.array([1.0]))
+    with pytest.raises(InvalidInputError, match="no 'heat' weight"):
+        load_weights(f"{f}:heat", ids)
+    np.savez(f, doc_ids=np.array(ids), heat=np.array([1.0, 0.0]))
+    with pytest.raises(InvalidInputError, match="> 0"):
+        load_weights(f"{f}:heat", ids)
+    with pytest.raises(InvalidInputError, match="needs arrays"):
+        load_weights(f"{f}:drift", ids)
+    np.savez(f, doc_ids=np.array(ids, dtype=object), heat=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError):  # object arrays need pickle, which is refused
+        load_weights(f"{f}:heat", ids)
+    with pytest.raises(InvalidParameterError):
+        load_weights("nokey", ids)
+
+
+def test_embedding_cache_roundtrip_and_no_reencode(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path)
+    calls = []
+
+    class Fake:
+        kind = "fake"
+
+        def encode(self, texts, batch_size=64, show_progress=False):
+            calls.append(len(texts))
+            return np.arange(len(texts) * 3, dtype=np.float32).reshape(-1, 3) + 1
+
+    def factory():
+        return Fake()
+
+    ids, texts = ["a", "b"], ["x", "y"]
+    e1, hit1 = cache.get_or_encode("m", "ds", "corpus", ids, texts, factory, show_progress=False)
+    e2, hit2 = cache.get_or_encode("m", "ds", "corpus", ids, texts, factory, show_progress=False)
+    assert (hit1, hit2) == (False, True) and calls == [2]
+    np.testing.assert_array_equal(e1, e2)
+    entry = cache.entry("m", "ds", "title+text")
+    meta = json.loads((entry / "corpus.json").read_text())
+    assert meta["n"] == 2 and meta["dim"] == 3 and meta["model"] == "m"
+    # Different ids (order or content) -> re-encoded, never a stale hit.
+    cache.get_or_encode("m", "ds", "corpus", ["b", "a"], texts, factory, show_progress=False)
+    assert calls == [2, 2]
+    # Different fields or model -> a different entry.
+    assert cache.entry("m", "ds", "text") != entry and cache.entry("m2", "ds", "title+text") != entry
