@@ -3,10 +3,12 @@
 The probe's cost is linear in its parts, so it is measured by part on ``--n-docs`` documents:
 
 * generic path (``full``, ``last:N``):  T = n*e + M*(g + n*e)
-* fast head path:                       T = M*g + n*c + n*M*t
+* fast head path:                       T = P*c + M*g + n*c + n*M*t
 
-with g one virtual gradient step (batch ``--batch-size`` pairs), e one re-encoding per document,
-c one feature capture per document and t one tail replay per document and step. The model is
+with g one virtual gradient step (batch ``--batch-size`` pairs; for the head computed from cached
+pair features), e one re-encoding per document, c one feature capture per document (also paid
+once for each of the P distinct pair texts the draws use, counted as documents: an upper bound
+since queries are short) and t one tail replay per document and step. The model is
 checked against one real ``probe()`` call on the subset (``measured`` vs ``model``), then
 extrapolated to ``--target-docs`` documents and ``--target-steps`` steps.
 
@@ -22,12 +24,32 @@ import time
 import numpy as np
 
 
-def _model_time(parts: dict[str, float], n: int, m: int) -> float:
-    """Predicted seconds for n documents and m steps from the measured parts."""
+class _NoBar:
+    def add_task(self, *a, **k):
+        return 0
+
+    def advance(self, *a, **k):
+        pass
+
+    def remove_task(self, *a, **k):
+        pass
+
+
+def _model_time(parts: dict[str, float], n: int, m: int, pair_texts: int = 0) -> float:
+    """Predicted seconds for n documents, m steps and (head) P distinct pair texts."""
     g = parts["grad_step_s"]
     if "encode_per_doc_s" in parts:
         return n * parts["encode_per_doc_s"] + m * (g + n * parts["encode_per_doc_s"])
-    return m * g + n * parts["capture_per_doc_s"] + n * m * parts["tail_per_doc_step_s"]
+    c = parts["capture_per_doc_s"]
+    return pair_texts * c + m * g + n * c + n * m * parts["tail_per_doc_step_s"]
+
+
+def _n_pair_texts(pairs: list[tuple[str, str]], steps: int, batch_size: int) -> int:
+    """Distinct pair texts the probe's draws use (seed 0): each is captured once on the head path."""
+    from normrank.probe import sample_batches
+
+    draws = sample_batches(len(pairs), steps, batch_size, 0)
+    return len({x for b in draws for i in b for x in pairs[i]})
 
 
 def _t(fn, repeat: int = 1) -> float:
@@ -55,7 +77,7 @@ def main() -> None:
 
     from normrank.encoders import load_encoder
     from normrank.probe import load_pairs, probe
-    from normrank.probe.estimator import _step_grads
+    from normrank.probe.estimator import _CachedModel, _pair_embedder, _step_grads
     from normrank.probe.fastpath import detect_tail
     from normrank.probe.pairs import read_corpus
     from normrank.probe.scopes import resolve_scope
@@ -100,20 +122,42 @@ def main() -> None:
                     for ca in caches:
                         tail.delta(ca, dw, db)
                 t = (time.perf_counter() - t0) / (3 * n)
-                parts = {"grad_step_s": g, "capture_per_doc_s": c, "tail_per_doc_step_s": t}
+                embed = _pair_embedder(model, tail, pairs, [idx], args.encode_batch_size, _NoBar())
+                for p in module.parameters():
+                    p.requires_grad_(id(p) in ids_scoped)
+                with torch.enable_grad():
+                    g = _t(
+                        lambda embed=embed, sc=sc: _step_grads(_CachedModel(embed), sc, pairs, idx, 0.05), 2
+                    )
+                for p in module.parameters():
+                    p.requires_grad_(True)
+                del embed
+                parts = {
+                    "grad_step_s": g,
+                    "capture_per_doc_s": c,
+                    "tail_per_doc_step_s": t,
+                }
         t0 = time.perf_counter()
         r = probe(model, sub, pairs, steps=args.steps, batch_size=args.batch_size, scope=scope)
         measured = time.perf_counter() - t0
-        total = _model_time(parts, n_target, M)
+
+        fast = tail is not None
+        total = _model_time(parts, n_target, M, _n_pair_texts(pairs, M, args.batch_size) if fast else 0)
         row = {
             "scope": scope,
             "path": r.settings["path"],
             "scoped_params": sc.n_params,
             **{k: round(v, 5) for k, v in parts.items()},
+            "cpu_threads": torch.get_num_threads(),
             "check_n_docs": n,
             "check_steps": args.steps,
             "check_measured_s": round(measured, 2),
-            "check_model_s": round(_model_time(parts, n, args.steps), 2),
+            "check_model_s": round(
+                _model_time(
+                    parts, n, args.steps, _n_pair_texts(pairs, args.steps, args.batch_size) if fast else 0
+                ),
+                2,
+            ),
             "target_docs": n_target,
             "target_steps": M,
             "target_s": round(total, 1),

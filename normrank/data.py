@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -65,7 +65,6 @@ class Dataset:
     qrels: dict[str, dict[str, int]]
     split: str = "test"
     source: str = ""
-    _qindex: dict[str, int] = field(default_factory=dict, repr=False)
 
     def query_depth(self, qid: str) -> int:
         """Heading depth of query ``qid`` (see :func:`query_depth`)."""
@@ -166,7 +165,9 @@ def resolve_beir_folder(name: str, data_dir: str | Path | None = None, *, downlo
     try:
         from beir import util
     except ImportError as e:
-        raise MissingDependencyError("beir is needed to download datasets: pip install 'normrank[bench]'") from e
+        raise MissingDependencyError(
+            "beir is needed to download datasets: pip install 'normrank[bench]'"
+        ) from e
     try:
         return Path(util.download_and_unzip(_BEIR_URL.format(name), str(target)))
     except Exception as e:  # beir raises requests/zip errors of many kinds
@@ -205,7 +206,9 @@ def load_ir_datasets(dataset_id: str) -> Dataset:
             f"ir_datasets {dataset_id!r}: its files are not available (offline, or they need a manual "
             "download; see ir_datasets' documentation for this collection)"
         ) from e
-    return Dataset(dataset_id.replace("/", "_"), doc_ids, texts, titles, qids, qtexts, qrels, source=dataset_id)
+    return Dataset(
+        dataset_id.replace("/", "_"), doc_ids, texts, titles, qids, qtexts, qrels, source=dataset_id
+    )
 
 
 def load_dataset(source: str | Path, split: str = "test", *, data_dir: str | Path | None = None) -> Dataset:

@@ -54,7 +54,9 @@ class EmbeddingCache:
         key = hashlib.sha1(json.dumps([model_key, dataset_key, fields]).encode()).hexdigest()[:10]
         return self.root / _slug(model_key) / f"{_slug(dataset_key)}-{key}"
 
-    def load(self, model_key: str, dataset_key: str, part: str, ids: Sequence[str], fields: str) -> np.ndarray | None:
+    def load(
+        self, model_key: str, dataset_key: str, part: str, ids: Sequence[str], fields: str
+    ) -> np.ndarray | None:
         """The cached (n, d) float32 array for ``ids`` (in that order), or None."""
         d = self.entry(model_key, dataset_key, fields)
         manifest, array = d / f"{part}.json", d / f"{part}.npy"
@@ -72,7 +74,14 @@ class EmbeddingCache:
         return emb
 
     def save(
-        self, model_key: str, dataset_key: str, part: str, ids: Sequence[str], fields: str, emb: np.ndarray, **extra: object
+        self,
+        model_key: str,
+        dataset_key: str,
+        part: str,
+        ids: Sequence[str],
+        fields: str,
+        emb: np.ndarray,
+        **extra: object,
     ) -> Path:
         """Store ``emb`` (n, d) float32 for ``ids``; atomic (temp file + rename)."""
         d = self.entry(model_key, dataset_key, fields)
@@ -120,6 +129,13 @@ class EmbeddingCache:
         t0 = time.perf_counter()
         emb = enc.encode(list(texts), batch_size=batch_size, show_progress=show_progress)
         self.save(
-            model_key, dataset_key, part, ids, fields, emb, encoder_kind=enc.kind, seconds=time.perf_counter() - t0
+            model_key,
+            dataset_key,
+            part,
+            ids,
+            fields,
+            emb,
+            encoder_kind=enc.kind,
+            seconds=time.perf_counter() - t0,
         )
         return emb, False

@@ -65,7 +65,11 @@ def _depth_table(runs: Sequence[SweepRun]) -> str:
         for b in buckets:
             e = r.by_depth.get(b)
             cells.append(f"{e['gain_pct']:+.1f}% ({e['best_alpha']:+g}, {e['n_queries']}q)" if e else "")
-        rows.append(f"| {r.dataset} | {r.model} | {r.gain_pct():+.1f}% ({r.best_alpha:+g}) | " + " | ".join(cells) + " |")
+        rows.append(
+            f"| {r.dataset} | {r.model} | {r.gain_pct():+.1f}% ({r.best_alpha:+g}) | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n## " + CV_METRIC + " gain by query depth\n\n" + head + "\n".join(rows) + "\n"
 
 
@@ -83,7 +87,9 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
     ]
     timing = [r for r in runs if "sweep_total" in r.timing]
     if timing:
-        text.append("\n## Timing (seconds, embeddings cached)\n\n| dataset | model | sweep | one cosine evaluation | ratio |\n|---|---|---:|---:|---:|\n")
+        text.append(
+            "\n## Timing (seconds, embeddings cached)\n\n| dataset | model | sweep | one cosine evaluation | ratio |\n|---|---|---:|---:|---:|\n"
+        )
         for r in timing:
             base = r.timing.get("cosine_eval")
             ratio = f"{r.timing['sweep_total'] / base:.2f}×" if base else ""
@@ -95,32 +101,32 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
 
 
 def write_plot(runs: Sequence[SweepRun], path: Path) -> None:
-    """NDCG@10 relative to cosine against α, one line per dataset × model (like the paper's Fig. 4)."""
+    """NDCG@10 relative to cosine against α, one line per dataset, one panel per model (paper Fig. 4)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    models = sorted({r.model for r in runs})
-    styles = ["-", "--", ":", "-."]
+    models = list(dict.fromkeys(r.model for r in runs))
     datasets = sorted({r.dataset for r in runs})
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models) + 1.5, 4.2), dpi=90, sharey=True, squeeze=False
+    )
     cmap = plt.get_cmap("tab10")
-    for r in runs:
-        m = r.mean(CV_METRIC)
-        if not m[r.i0]:
-            continue
-        ax.plot(
-            r.alphas, m / m[r.i0], styles[models.index(r.model) % 4], marker="o", markersize=3,
-            color=cmap(datasets.index(r.dataset) % 10), label=f"{r.dataset} · {r.model}",
-        )  # fmt: skip
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axvline(0.0, color="grey", lw=0.8)
-    ax.set_xlabel("α  (score = cos · ‖d‖^α)")
-    ax.set_ylabel(f"{CV_METRIC} / {CV_METRIC}(cosine)")
-    ax.set_title("Norm-weighted retrieval sweep")
-    ax.legend(fontsize=6, ncol=2, loc="lower left")
-    fig.tight_layout()
+    for ax, model in zip(axes[0], models, strict=True):
+        for r in (r for r in runs if r.model == model):
+            m = r.mean(CV_METRIC)
+            if m[r.i0]:
+                ax.plot(r.alphas, m / m[r.i0], marker="o", markersize=3, lw=1.2,
+                        color=cmap(datasets.index(r.dataset) % 10), label=r.dataset)  # fmt: skip
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axvline(0.0, color="grey", lw=0.8)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("α  (score = cos · ‖d‖^α)")
+    axes[0][0].set_ylabel(f"{CV_METRIC} / {CV_METRIC} at α = 0 (cosine)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
     fig.savefig(path)
     plt.close(fig)
 
@@ -130,14 +136,26 @@ def write_csv(runs: Sequence[SweepRun], path: Path) -> None:
     alphas = sorted({a for r in runs for a in r.alphas})
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "model", "query_id", *[f"{CV_METRIC}@alpha={a:g}" for a in alphas], "cv_fold", "cv_alpha", f"cv_{CV_METRIC}"])
+        w.writerow(
+            [
+                "dataset",
+                "model",
+                "query_id",
+                *[f"{CV_METRIC}@alpha={a:g}" for a in alphas],
+                "cv_fold",
+                "cv_alpha",
+                f"cv_{CV_METRIC}",
+            ]
+        )
         for r in runs:
             nd = r.per_query[CV_METRIC]
             col = {a: i for i, a in enumerate(r.alphas)}
             for qi, q in enumerate(r.query_ids):
                 vals = [f"{nd[col[a], qi]:.4f}" if a in col else "" for a in alphas]
                 f_ = int(r.cv_fold[qi])
-                w.writerow([r.dataset, r.model, q, *vals, f_, f"{r.cv_alphas[f_]:g}", f"{r.cv_per_query[qi]:.4f}"])
+                w.writerow(
+                    [r.dataset, r.model, q, *vals, f_, f"{r.cv_alphas[f_]:g}", f"{r.cv_per_query[qi]:.4f}"]
+                )
 
 
 def write_all(runs: Sequence[SweepRun], out: Path) -> None:

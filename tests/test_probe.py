@@ -277,6 +277,7 @@ def test_duplicated_probe_texts_get_identical_values():
         (dict(scope="middle"), InvalidParameterError),
         (dict(scope="last:9"), InvalidParameterError),
         (dict(scope="last:x"), InvalidParameterError),
+        (dict(encode_batch_size=0), InvalidParameterError),
     ],
 )
 def test_invalid_arguments_raise_typed_errors(kwargs, error):

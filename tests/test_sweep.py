@@ -49,7 +49,9 @@ def random_case(rng: np.random.Generator, nq: int = 40, n: int = 60, k: int = 20
     doc_ids = [f"d{i}" for i in range(n)]
     qrels = []
     for _ in range(nq):
-        judged = {f"d{j}": int(rng.integers(0, 4)) for j in rng.choice(n, int(rng.integers(0, 6)), replace=False)}
+        judged = {
+            f"d{j}": int(rng.integers(0, 4)) for j in rng.choice(n, int(rng.integers(0, 6)), replace=False)
+        }
         if rng.random() < 0.3:
             judged["not-in-corpus"] = 2  # relevant but unretrievable: still counts for recall / IDCG
         qrels.append(judged)
@@ -125,7 +127,9 @@ def test_cv_ties_prefer_cosine() -> None:
     assert fa == [0.0, 0.0]
 
 
-def planted_dataset(seed: int = 5, nq: int = 60, n: int = 400, d: int = 24) -> tuple[Dataset, np.ndarray, np.ndarray]:
+def planted_dataset(
+    seed: int = 5, nq: int = 60, n: int = 400, d: int = 24
+) -> tuple[Dataset, np.ndarray, np.ndarray]:
     """Relevant documents point near their query but have SMALL norms; distractors sit a bit
     closer in angle with LARGE norms, so discounting the norm (alpha < 0) must help."""
     rng = np.random.default_rng(seed)
@@ -149,7 +153,9 @@ def planted_dataset(seed: int = 5, nq: int = 60, n: int = 400, d: int = 24) -> t
 
 def test_sweep_finds_negative_alpha_on_planted_signal(tmp_path: Path) -> None:
     ds, q, docs = planted_dataset()
-    run = sweep_embeddings(ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5)
+    run = sweep_embeddings(
+        ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5
+    )
     assert run.best_alpha < 0 and run.gain_pct() > 5
     assert all(a < 0 for a in run.cv_alphas) and run.cv_gain_pct > 5
     assert 0 <= run.p_value < 0.05
@@ -170,7 +176,9 @@ def test_sweep_finds_negative_alpha_on_planted_signal(tmp_path: Path) -> None:
                      ("metrics", dict), ("best_alpha", float), ("cv", dict), ("norm_stats", dict)]:  # fmt: skip
         assert isinstance(entry[key], typ), key
     assert len(entry["metrics"]["ndcg@10"]) == len(entry["alphas"]) == 13
-    assert set(entry["cv"]) >= {"alphas", "ndcg@10", "gain_pct", "p_value"} and len(entry["cv"]["alphas"]) == 5
+    assert (
+        set(entry["cv"]) >= {"alphas", "ndcg@10", "gain_pct", "p_value"} and len(entry["cv"]["alphas"]) == 5
+    )
     assert set(entry["norm_stats"]) == {"mean", "std", "cv"}
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     assert "| planted | toy |" in (tmp_path / "sweep.md").read_text()
@@ -187,7 +195,9 @@ def test_weights_equal_to_norms_reproduce_the_norm_sweep(tmp_path: Path) -> None
     name, w = load_weights(f"{f}:heat", ds.doc_ids)
     assert name == "heat"
     a = sweep_embeddings(ds, "m", q, docs, alphas=[-1.0, 0.0, 1.0], metrics=["ndcg@10"], folds=2)
-    b = sweep_embeddings(ds, "m", q, docs, alphas=[-1.0, 0.0, 1.0], metrics=["ndcg@10"], folds=2, weights=w, weight_name=name)
+    b = sweep_embeddings(
+        ds, "m", q, docs, alphas=[-1.0, 0.0, 1.0], metrics=["ndcg@10"], folds=2, weights=w, weight_name=name
+    )
     assert b.model == "m+heat"
     np.testing.assert_allclose(a.per_query["ndcg@10"], b.per_query["ndcg@10"])
 
@@ -237,3 +247,25 @@ def test_embedding_cache_roundtrip_and_no_reencode(tmp_path: Path) -> None:
     assert calls == [2, 2]
     # Different fields or model -> a different entry.
     assert cache.entry("m", "ds", "text") != entry and cache.entry("m2", "ds", "title+text") != entry
+
+
+def test_by_depth_buckets_heading_path_queries() -> None:
+    ds, q, docs = planted_dataset(nq=40)
+    # Re-key the queries as TREC CAR heading paths of depth 1..5.
+    new_ids = [f"enwiki:Page{i}" + "/Sec" * (i % 5) for i in range(40)]
+    ds.qrels = {new: ds.qrels[old] for old, new in zip(ds.query_ids, new_ids, strict=True)}
+    ds.query_ids = new_ids
+    run = sweep_embeddings(ds, "m", q, docs, alphas=[-1.0, 0.0], metrics=["ndcg@10"], folds=2, by_depth=True)
+    assert set(run.by_depth) == {"d=1", "d=2", "d=3", "d=4+"}
+    assert run.by_depth["d=4+"]["n_queries"] == 16 and run.by_depth["d=1"]["n_queries"] == 8
+    nd = run.per_query["ndcg@10"]
+    sel = [i for i, qid in enumerate(run.query_ids) if qid.count("/") == 1]
+    np.testing.assert_allclose(run.by_depth["d=2"]["ndcg@10"], nd[:, sel].mean(axis=1))
+    # Flat ids: no depth table.
+    ds2, q2, d2 = planted_dataset(nq=10)
+    assert (
+        sweep_embeddings(
+            ds2, "m", q2, d2, alphas=[0.0, 1.0], metrics=["ndcg@10"], folds=2, by_depth=True
+        ).by_depth
+        is None
+    )

@@ -11,15 +11,33 @@ from normrank.cli.app import app
 
 @app.command("sweep")
 def sweep_command(
-    data: list[str] = typer.Argument(..., help="BEIR folders, BEIR names (scifact, ...) or ir_datasets ids (car/v1.5/...)."),
-    model: list[str] = typer.Option(..., "--model", "-m", help="Encoder name or path; repeat for several models."),
-    alphas: str = typer.Option("-2:1:0.25", help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."),
-    metrics: str = typer.Option("ndcg@10,recall@100,mrr@10", help="Comma list of NAME@K (ndcg, recall, mrr, precision, hit_rate)."),
-    by_depth: bool = typer.Option(False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."),
+    data: list[str] = typer.Argument(
+        ..., help="BEIR folders, BEIR names (scifact, ...) or ir_datasets ids (car/v1.5/...)."
+    ),
+    model: list[str] = typer.Option(
+        ..., "--model", "-m", help="Encoder name or path; repeat for several models."
+    ),
+    alphas: str = typer.Option(
+        "-2:1:0.25", help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."
+    ),
+    metrics: str = typer.Option(
+        "ndcg@10,recall@100,mrr@10", help="Comma list of NAME@K (ndcg, recall, mrr, precision, hit_rate)."
+    ),
+    by_depth: bool = typer.Option(
+        False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."
+    ),
     folds: int = typer.Option(5, help="Folds over queries for the cross-validated α (>= 2)."),
-    weights: list[str] = typer.Option([], "--weights", help="FILE.npz:KEY per-document weights (e.g. probe.npz:heat), swept beside the norm."),
-    out: Path = typer.Option(Path("sweep-out"), help="Output directory: sweep.json, sweep.md, sweep.png, per_query.csv."),
-    data_dir: Path = typer.Option(None, help="Where BEIR dataset names are looked up first (then $NORMRANK_DATA, ../shared/data/beir)."),
+    weights: list[str] = typer.Option(
+        [],
+        "--weights",
+        help="FILE.npz:KEY per-document weights (e.g. probe.npz:heat), swept beside the norm.",
+    ),
+    out: Path = typer.Option(
+        Path("sweep-out"), help="Output directory: sweep.json, sweep.md, sweep.png, per_query.csv."
+    ),
+    data_dir: Path = typer.Option(
+        None, help="Where BEIR dataset names are looked up first (then $NORMRANK_DATA, ../shared/data/beir)."
+    ),
     split: str = typer.Option("test", help="qrels split to evaluate."),
     batch_size: int = typer.Option(64, help="Texts per encoder batch."),
     max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
@@ -33,7 +51,6 @@ def sweep_command(
     from normrank.sweep import run_sweep
     from normrank.sweep_report import markdown_table
 
-    console = Console()
     err = Console(stderr=True)
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
 

@@ -102,7 +102,10 @@ class _RichBar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         self._p = Progress(
-            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
         )
         self._task = self._p.add_task(label, total=total)
 

@@ -48,7 +48,9 @@ def _import_open_clip() -> Any:
 class OpenCLIPEncoder(TorchEncoder):
     """The text tower of an open_clip model (``CLIP`` or ``CustomTextCLIP``)."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu") -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu"
+    ) -> None:
         self.model = model.eval()
         self.torch_module = self.model
         self.tokenizer = tokenizer
@@ -107,7 +109,9 @@ def load_open_clip(
 class HFCLIPEncoder(TorchEncoder):
     """The text side of a Hugging Face ``CLIPModel``, unnormalised."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu") -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu"
+    ) -> None:
         self.model = model.eval()
         self.torch_module = self.model
         self.tokenizer = tokenizer

@@ -23,7 +23,9 @@ class ONNXEncoder(Encoder):
 
     kind = "onnx"
 
-    def __init__(self, model_path: str | Path, tokenizer: str | Path, name: str, *, max_seq_length: int = 256) -> None:
+    def __init__(
+        self, model_path: str | Path, tokenizer: str | Path, name: str, *, max_seq_length: int = 256
+    ) -> None:
         try:
             import onnxruntime as ort
             from transformers import AutoTokenizer
@@ -36,7 +38,9 @@ class ONNXEncoder(Encoder):
         self.max_seq_length = int(max_seq_length)
         names = {i.name for i in self.session.get_inputs()}
         if not {"input_ids", "attention_mask"} <= names:
-            raise InvalidInputError(f"{model_path}: ONNX inputs {sorted(names)} lack input_ids/attention_mask")
+            raise InvalidInputError(
+                f"{model_path}: ONNX inputs {sorted(names)} lack input_ids/attention_mask"
+            )
         self._has_type_ids = "token_type_ids" in names
         outs = self.session.get_outputs()
         token_outs = [o.name for o in outs if len(o.shape) == 3]
@@ -50,7 +54,10 @@ class ONNXEncoder(Encoder):
         b = self.tokenizer(
             texts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np"
         )
-        feed = {"input_ids": b["input_ids"].astype(np.int64), "attention_mask": b["attention_mask"].astype(np.int64)}
+        feed = {
+            "input_ids": b["input_ids"].astype(np.int64),
+            "attention_mask": b["attention_mask"].astype(np.int64),
+        }
         if self._has_type_ids:
             feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
         (tok,) = self.session.run([self._out], feed)

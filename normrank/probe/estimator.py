@@ -144,6 +144,8 @@ def probe(
     probing. Duplicated probe texts are probed once and share their values.
     """
     _check_args(probe_texts, pairs, steps, batch_size, lr, temperature)
+    if int(encode_batch_size) < 1:
+        raise InvalidParameterError(f"encode_batch_size must be >= 1, got {encode_batch_size}")
     pairs = [(str(a), str(b)) for a, b in pairs]
     t0 = time.perf_counter()
     module: torch.nn.Module = model.torch_module

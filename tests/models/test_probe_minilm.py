@@ -44,7 +44,8 @@ def raw_norms() -> dict[str, float]:
     return dict(zip(ids, np.linalg.norm(emb.astype(np.float64), axis=1), strict=True))
 
 
-@pytest.mark.parametrize("scope", ["head", "full"])
+# full scope re-encodes the corpus 16 times (minutes on 2 CPU cores): outside the default CI profile
+@pytest.mark.parametrize("scope", ["head", pytest.param("full", marks=pytest.mark.slow)])
 def test_cli_probe_on_adi(scope, tmp_path, raw_norms):
     encoders = pytest.importorskip("normrank.encoders")
     if not hasattr(encoders, "load_encoder"):

@@ -23,14 +23,21 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from langchain_normrank import _persist
-from langchain_normrank._warnings import all_unit, warn_unit_norms
+from normrank import store_files
 from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
     DuplicateIdError,
     InvalidInputError,
     InvalidParameterError,
+)
+from normrank.unit_norms import all_unit, warn_unit_norms
+
+STORE_FILE = "normrank_store.json"
+_RAW_HINT = (
+    "wrap a normrank encoder with langchain_normrank.NormRankEmbeddings('<model name or path>'), or "
+    "turn normalisation off (e.g. HuggingFaceEmbeddings(encode_kwargs={'normalize_embeddings': False}) "
+    "with a model without a Normalize module)."
 )
 
 __all__ = ["MetadataFilter", "NormRankVectorStore", "relevance_from_score"]
@@ -233,7 +240,7 @@ class NormRankVectorStore(VectorStore):
         self._all_unit_so_far = self._all_unit_so_far and all_unit(norms)
         if self._all_unit_so_far and not self._warned_unit:
             self._warned_unit = True
-            warn_unit_norms(stacklevel=4)
+            warn_unit_norms("alpha", _RAW_HINT, stacklevel=4)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete by id (missing ids are ignored); ``ids=None`` deletes everything."""
@@ -421,7 +428,7 @@ class NormRankVectorStore(VectorStore):
         with self._lock:
             name = None
             if self._index is not None:
-                name = _persist.new_index_dirname()
+                name = store_files.new_index_dirname(folder / STORE_FILE)
                 self._index.save(folder / name)
             payload = {
                 "format": _FORMAT,
@@ -437,12 +444,12 @@ class NormRankVectorStore(VectorStore):
                 ],
             }
             try:
-                _persist.write_json_atomic(folder / _persist.STORE_FILE, payload)
+                store_files.write_json_atomic(folder / STORE_FILE, payload)
             except BaseException:
                 if name is not None:  # the previous save stays the committed one
                     shutil.rmtree(folder / name, ignore_errors=True)
                 raise
-        _persist.remove_stale_index_dirs(folder, keep=name)
+        store_files.remove_stale_index_dirs(folder / STORE_FILE, keep=name)
 
     @classmethod
     def load_local(
@@ -452,7 +459,7 @@ class NormRankVectorStore(VectorStore):
         from normrank import NormIndex
 
         folder = Path(folder)
-        payload = _persist.read_json(folder / _persist.STORE_FILE)
+        payload = store_files.read_json(folder / STORE_FILE)
         if payload.get("format") != _FORMAT or payload.get("version") != _FORMAT_VERSION:
             raise CorruptIndexError(
                 f"{folder}: unknown store format {payload.get('format')!r} v{payload.get('version')!r}"
@@ -472,10 +479,12 @@ class NormRankVectorStore(VectorStore):
             store._next_key = int(payload["next_key"])
             store._all_unit_so_far = bool(payload["all_unit_so_far"])
         except (KeyError, TypeError, ValueError) as e:
-            raise CorruptIndexError(f"{folder}: malformed {_persist.STORE_FILE}: {e}") from e
+            raise CorruptIndexError(f"{folder}: malformed {STORE_FILE}: {e}") from e
         store._warned_unit = store._all_unit_so_far
         if payload["index_dir"] is not None:
-            store._index = NormIndex.load(_persist.checked_index_dir(folder, payload["index_dir"]))
+            store._index = NormIndex.load(
+                store_files.checked_index_dir(folder / STORE_FILE, payload["index_dir"])
+            )
         saved = set(store._by_key)
         have = set() if store._index is None else {int(i) for i in np.asarray(store._index.ids)}
         if saved != have or len(store._by_key) != len(store._records):

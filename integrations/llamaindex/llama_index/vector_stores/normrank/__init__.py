@@ -1,6 +1,5 @@
 """LlamaIndex integration of normrank: ranking by cos(q, d)·‖d‖^norm_alpha with the norm kept."""
 
-from llama_index.vector_stores.normrank._warnings import UnitNormWarning
 from llama_index.vector_stores.normrank.base import NormRankVectorStore
 from llama_index.vector_stores.normrank.embeddings import NormRankEmbedding
 from llama_index.vector_stores.normrank.ingestion import (
@@ -9,6 +8,8 @@ from llama_index.vector_stores.normrank.ingestion import (
     add_norm_metadata,
 )
 from llama_index.vector_stores.normrank.postprocessor import NormReweightPostprocessor
+
+from normrank.unit_norms import UnitNormWarning
 
 __all__ = [
     "NORM_KEY",

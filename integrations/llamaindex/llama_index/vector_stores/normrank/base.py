@@ -29,16 +29,22 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
-from llama_index.vector_stores.normrank import _persist
 from llama_index.vector_stores.normrank._filters import matches
-from llama_index.vector_stores.normrank._warnings import all_unit, warn_unit_norms
 
+from normrank import store_files
 from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
     DuplicateIdError,
     InvalidInputError,
     InvalidParameterError,
+)
+from normrank.unit_norms import all_unit, warn_unit_norms
+
+_RAW_HINT = (
+    "wrap a normrank encoder with llama_index.vector_stores.normrank.NormRankEmbedding("
+    "model_name='<model name or path>'), or turn normalisation off in your embedding model "
+    "(e.g. HuggingFaceEmbedding(normalize=False) with a model without a Normalize module)."
 )
 
 __all__ = ["NormRankVectorStore"]
@@ -176,7 +182,7 @@ class NormRankVectorStore(BasePydanticVectorStore):
             self._all_unit_so_far = self._all_unit_so_far and all_unit(np.linalg.norm(vectors, axis=1))
             if self._all_unit_so_far and not self._warned_unit:
                 self._warned_unit = True
-                warn_unit_norms(stacklevel=3)
+                warn_unit_norms("norm_alpha", _RAW_HINT, stacklevel=3)
         return ids
 
     def _remove(self, node_ids: list[str]) -> None:
@@ -305,7 +311,7 @@ class NormRankVectorStore(BasePydanticVectorStore):
         with self._lock:
             name = None
             if self._index is not None:
-                name = _persist.new_index_dirname(path)
+                name = store_files.new_index_dirname(path)
                 self._index.save(path.parent / name)
             payload = {
                 "format": _FORMAT,
@@ -319,12 +325,12 @@ class NormRankVectorStore(BasePydanticVectorStore):
                 "nodes": [{"id": i, **e} for i, e in self._nodes.items()],
             }
             try:
-                _persist.write_json_atomic(path, payload)
+                store_files.write_json_atomic(path, payload)
             except BaseException:
                 if name is not None:  # the previous persist stays the committed one
                     shutil.rmtree(path.parent / name, ignore_errors=True)
                 raise
-        _persist.remove_stale_index_dirs(path, keep=name)
+        store_files.remove_stale_index_dirs(path, keep=name)
 
     @classmethod
     def from_persist_path(
@@ -335,7 +341,7 @@ class NormRankVectorStore(BasePydanticVectorStore):
 
         _local_only(fs)
         path = Path(persist_path)
-        payload = _persist.read_json(path)
+        payload = store_files.read_json(path)
         if payload.get("format") != _FORMAT or payload.get("version") != _FORMAT_VERSION:
             raise CorruptIndexError(
                 f"{path}: unknown store format {payload.get('format')!r} v{payload.get('version')!r}"
@@ -356,7 +362,7 @@ class NormRankVectorStore(BasePydanticVectorStore):
             raise CorruptIndexError(f"{path}: malformed store file: {e}") from e
         store._warned_unit = store._all_unit_so_far
         if index_dir is not None:
-            store._index = NormIndex.load(_persist.checked_index_dir(path, index_dir))
+            store._index = NormIndex.load(store_files.checked_index_dir(path, index_dir))
             if store._index.dim != store.dim:
                 raise CorruptIndexError(f"{path}: index dim {store._index.dim} != saved dim {store.dim}")
         have = set() if store._index is None else {int(i) for i in np.asarray(store._index.ids)}

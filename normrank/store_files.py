@@ -1,9 +1,11 @@
-"""Atomic JSON + NormIndex persistence for ``persist`` / ``from_persist_path``.
+"""A JSON record file committed atomically beside a saved :class:`~normrank.NormIndex`.
 
-``persist(path)`` writes ``path`` (JSON: nodes, settings, the name of the index directory) and
-an index directory ``<path>.index-<32 hex>`` beside it. The index is written first under a fresh
-name, then the JSON is swapped in with ``os.replace`` (the commit point), then older index
-directories of the same JSON file are removed. No pickle.
+The adapters (LangChain ``save_local``, LlamaIndex ``persist``) keep their documents in JSON and
+the vectors in a NormIndex directory. For ``<name>.json`` the index lives in
+``<name>.json.index-<32 hex>`` beside it. A save writes a fresh index directory first, then
+swaps the JSON in with ``os.replace`` (the commit point), then deletes older index
+directories of that same JSON file. A crash at any point leaves the previous or the new save
+readable, never a mix. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -19,20 +21,33 @@ from typing import Any
 
 from normrank.errors import CorruptIndexError, InvalidInputError
 
+__all__ = [
+    "checked_index_dir",
+    "new_index_dirname",
+    "read_json",
+    "remove_stale_index_dirs",
+    "write_json_atomic",
+]
+
 
 def _pattern(json_path: Path) -> re.Pattern[str]:
     return re.compile(re.escape(json_path.name) + r"\.index-[0-9a-f]{32}$")
 
 
 def new_index_dirname(json_path: Path) -> str:
+    """A fresh directory name (beside ``json_path``) for one save's index."""
     return f"{json_path.name}.index-{uuid.uuid4().hex}"
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` through a temp file, fsync and ``os.replace``."""
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"cannot persist: node metadata must be JSON-serialisable: {e}") from e
+        raise InvalidInputError(
+            "cannot save: metadata must be JSON-serialisable (str, numbers, bool, None, lists, "
+            f"dicts with str keys; no NaN): {e}"
+        ) from e
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -46,11 +61,12 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """Read a record file; every failure is a :class:`CorruptIndexError`."""
     if not path.is_file():
-        raise CorruptIndexError(f"{path} not found: nothing was persisted there")
+        raise CorruptIndexError(f"{path} not found: nothing was saved there")
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CorruptIndexError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(payload, dict):
         raise CorruptIndexError(f"{path}: top level is not an object")
@@ -58,13 +74,15 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def checked_index_dir(json_path: Path, name: Any) -> Path:
+    """The index directory named in the record, refusing any name a save would not write."""
     if not isinstance(name, str) or not _pattern(json_path).match(name):
         raise CorruptIndexError(f"bad index directory name in {json_path}: {name!r}")
     return json_path.parent / name
 
 
 def remove_stale_index_dirs(json_path: Path, keep: str | None) -> None:
-    pat = _pattern(json_path)
+    """Delete index directories of earlier saves (only after the record points elsewhere)."""
+    pattern = _pattern(json_path)
     for child in json_path.parent.iterdir():
-        if child.name != keep and pat.match(child.name) and child.is_dir():
+        if child.name != keep and pattern.match(child.name) and child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
