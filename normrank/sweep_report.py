@@ -110,7 +110,7 @@ def write_plot(runs: Sequence[SweepRun], path: Path) -> None:
     models = list(dict.fromkeys(r.model for r in runs))
     datasets = sorted({r.dataset for r in runs})
     fig, axes = plt.subplots(
-        1, len(models), figsize=(4.2 * len(models) + 1.5, 4.2), dpi=90, sharey=True, squeeze=False
+        1, len(models), figsize=(4.2 * len(models) + 2.6, 4.2), dpi=90, sharey=True, squeeze=False
     )
     cmap = plt.get_cmap("tab10")
     for ax, model in zip(axes[0], models, strict=True):
@@ -126,7 +126,7 @@ def write_plot(runs: Sequence[SweepRun], path: Path) -> None:
     axes[0][0].set_ylabel(f"{CV_METRIC} / {CV_METRIC} at α = 0 (cosine)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+    fig.tight_layout(rect=(0, 0, 1 - 2.5 / fig.get_figwidth(), 1))
     fig.savefig(path)
     plt.close(fig)
 
