@@ -26,6 +26,8 @@ from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
 __all__ = ["NormIndex"]
 
 _UNIT_TOLERANCE = 1e-4
+# ANN searches run this many queries at a time, so candidate arrays stay bounded.
+_ANN_QUERY_BLOCK = 256
 # "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
 # "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
 _ANN_METHODS = {"adaptive", "overfetch"}
@@ -136,6 +138,8 @@ class NormIndex:
         self.ann, self.n_tail, self.max_depth, self.device = ann, n_tail, max_depth, device
 
     def _init_state(self, index: faiss.Index, factory: str | None) -> None:
+        if not hasattr(self, "ann"):  # search options survive reset(); defaults for other paths
+            self.ann, self.n_tail, self.max_depth, self.device = "adaptive", None, None, None
         self._index = index
         self.factory = factory
         self._lock = threading.RLock()
@@ -406,12 +410,16 @@ class NormIndex:
             flat = _flat_inner(self._index)
             for a in np.unique(alphas):
                 rows = np.flatnonzero(alphas == a)
-                if flat is not None:
+                if flat is not None:  # the flat kernel blocks queries and documents itself
                     s, pos = self._search_flat(flat, unit_q[rows], k, float(a))
-                else:
-                    s, pos = self._search_candidates(unit_q[rows], k, float(a), factor)
-                scores[rows] = s
-                ids[rows] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
+                    scores[rows] = s
+                    ids[rows] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
+                    continue
+                for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
+                    sub = rows[r0 : r0 + _ANN_QUERY_BLOCK]
+                    s, pos = self._search_candidates(unit_q[sub], k, float(a), factor)
+                    scores[sub] = s
+                    ids[sub] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
         return scores, ids
 
     def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):

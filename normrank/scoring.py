@@ -13,6 +13,8 @@ from normrank.errors import InvalidParameterError
 
 __all__ = ["norm_weight", "norm_weighted", "symmetric_score"]
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
     """A scalar alpha stays a float; one alpha per query becomes a column for broadcasting."""
@@ -29,17 +31,16 @@ def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
 
 
 def norm_weight(norms: ArrayLike, alpha: float) -> np.ndarray:
-    """``norms ** alpha`` as float32, with ``alpha == 0`` giving exact ones."""
+    """``norms ** alpha`` as float32, with ``alpha == 0`` giving exact ones; values beyond the
+    float32 range saturate at its maximum instead of becoming inf."""
     n = np.asarray(norms, dtype=np.float64)
     if alpha == 0:
         return np.ones(n.shape, dtype=np.float32)
-    with np.errstate(over="ignore"):
-        w = np.power(n, alpha).astype(np.float32)
-    if not np.isfinite(w).all():
-        raise InvalidParameterError(
-            f"alpha={alpha} overflows float32: ||d||**alpha is too large for some documents"
-        )
-    return w
+    # Saturate at the float32 range rather than overflow to inf (inf * 0 would be NaN): only an
+    # absurd alpha for these norms gets there, and it then ranks those documents as ties.
+    with np.errstate(over="ignore", under="ignore"):
+        w = np.power(n, alpha)
+    return np.minimum(w, _FLOAT32_MAX).astype(np.float32)
 
 
 def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndarray:

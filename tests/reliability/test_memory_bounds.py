@@ -40,17 +40,7 @@ _SCRIPT = textwrap.dedent(
     [
         ("Flat", 10_000, 10_000, 10),  # the full score matrix would be 400 MB
         ("Flat", 10_000, 200, 10_000),  # k = n: the result itself is the big part
-        pytest.param(
-            "HNSW16",
-            10_000,
-            10_000,
-            10,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="ANN path re-scores all queries' k*k_factor candidates at once (not blocked); "
-                "remove this mark when it is",
-            ),
-        ),
+        ("HNSW16", 10_000, 10_000, 10),  # ANN: queries are processed in blocks too
     ],
 )
 def test_search_memory_is_bounded(factory, n, nq, k):
