@@ -74,9 +74,12 @@ class NormIndex:
         ``NormIndex.from_faiss(filled_index)`` wraps one that already holds vectors.
 
     Exactness: with a flat index the ranking is exact (the same scores as numpy brute force).
-    With an ANN index (IVF, HNSW) the top ``k * k_factor`` candidates by cosine are re-scored
-    exactly; documents whose norm weight lifts them from beyond that depth are missed (see the
-    README for measured recall).
+    With an ANN index (IVF, HNSW) the default ``ann="adaptive"`` fetches cosine candidates at a
+    growing depth until a bound proves that nothing unfetched can beat the k-th re-scored
+    score, and scans the most extreme-weight documents exactly (:mod:`normrank.ann`); the
+    ranking is then exact up to what the ANN index can return at its nprobe / efSearch.
+    ``ann="overfetch"`` re-scores a fixed ``k * k_factor`` candidates: faster, recall not
+    guaranteed. Measured recall and latency: ``benchmarks/results/speed.md``.
 
     Results follow FAISS: ``(scores, ids)`` float32 and int64 of shape ``(nq, k)``, padded with
     score ``-inf`` and id ``-1`` when fewer than ``k`` documents exist. Equal scores may come in

@@ -66,7 +66,9 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
         name_or_path: a local folder or file, a known offline name (``all-MiniLM-L6-v2``,
             ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, optionally prefixed
             ``sentence-transformers/``), an open_clip spec (``"ViT-B-32/laion2b_s34b_b79k"``,
-            ``"open_clip:ViT-B-32"``) or a hub id.
+            ``"open_clip:ViT-B-32"``) or a hub id. A ``"KIND:"`` prefix (one of ``KINDS``, e.g.
+            ``"hf-clip:openai/clip-vit-base-patch32"``, ``"open_clip-nohead:ViT-B-32/openai"``)
+            chooses the kind, so the CLI's ``--model`` can name any of them.
         kind: one of ``KINDS`` or ``"auto"`` (from the folder's files).
         options: ``device`` (default "cpu"), ``max_seq_length`` (sentence-transformers, onnx),
             ``pretrained`` and ``model_config`` (open_clip), ``tokenizer`` (onnx).
@@ -82,9 +84,12 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
     device = options.pop("device", "cpu")
     path = Path(name).expanduser()
     local = path.exists()
-    if name.startswith("open_clip:"):
-        name = name.split(":", 1)[1]
-        kind = "open_clip" if kind == "auto" else kind
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in KINDS and not local:  # "KIND:NAME", e.g. "open_clip-nohead:ViT-B-32/openai"
+        kind = prefix if kind == "auto" else kind
+        name = rest
+        path = Path(name).expanduser()
+        local = path.exists()
     if not local and kind in ("auto", "sentence-transformers", "onnx"):
         found = resolve_offline(name)
         if found is not None:

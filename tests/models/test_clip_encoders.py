@@ -65,6 +65,9 @@ def test_hf_clip_projected_and_nohead(hf_clip_dir: Path) -> None:
     model = CLIPModel.from_pretrained(hf_clip_dir).eval()
     tok = AutoTokenizer.from_pretrained(hf_clip_dir)
     nohead = load_encoder(hf_clip_dir, kind="hf-clip-nohead")
+    by_prefix = load_encoder(f"hf-clip-nohead:{hf_clip_dir}")  # how the CLI's --model names a kind
+    assert by_prefix.kind == "hf-clip-nohead"
+    np.testing.assert_array_equal(by_prefix.encode(TEXTS), nohead.encode(TEXTS))
     with torch.no_grad():
         for i, t in enumerate(TEXTS):  # one at a time: no padding involved in the reference
             b = tok([t], return_tensors="pt", truncation=True, max_length=32)
