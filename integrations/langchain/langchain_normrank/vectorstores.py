@@ -31,6 +31,7 @@ from normrank.errors import (
     InvalidInputError,
     InvalidParameterError,
 )
+from normrank.mmr import maximal_marginal_relevance
 from normrank.unit_norms import all_unit, warn_unit_norms
 
 STORE_FILE = "normrank_store.json"
@@ -58,21 +59,6 @@ def relevance_from_score(score: float) -> float:
     ``score_threshold`` means the same thing for every query; the ranking is unchanged.
     """
     return 0.5 * (1.0 + score / (1.0 + abs(score)))
-
-
-def _mmr(relevance: np.ndarray, vectors: np.ndarray, lambda_mult: float, k: int) -> list[int]:
-    """Greedy MMR with the given relevance (n,) and cosine redundancy between rows of vectors."""
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    sim = unit @ unit.T
-    chosen = [int(np.argmax(relevance))]
-    redundancy = sim[chosen[0]].copy()
-    while len(chosen) < min(k, len(relevance)):
-        value = lambda_mult * relevance - (1.0 - lambda_mult) * redundancy
-        value[chosen] = -np.inf
-        nxt = int(np.argmax(value))
-        chosen.append(nxt)
-        redundancy = np.maximum(redundancy, sim[nxt])
-    return chosen
 
 
 @dataclass
@@ -375,7 +361,7 @@ class NormRankVectorStore(VectorStore):
         with self._lock:
             vecs = np.stack([self._index.reconstruct(self._records[s].key) for s, _ in hits])
             docs = [self._document(s) for s, _ in hits]
-        chosen = _mmr(np.asarray([s for _, s in hits]), vecs, float(lambda_mult), k)
+        chosen = maximal_marginal_relevance(np.asarray([s for _, s in hits]), vecs, float(lambda_mult), k)
         return [docs[i] for i in chosen]
 
     def max_marginal_relevance_search(

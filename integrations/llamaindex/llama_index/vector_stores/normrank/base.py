@@ -39,6 +39,7 @@ from normrank.errors import (
     InvalidInputError,
     InvalidParameterError,
 )
+from normrank.mmr import maximal_marginal_relevance
 from normrank.unit_norms import all_unit, warn_unit_norms
 
 _RAW_HINT = (
@@ -62,21 +63,6 @@ def _check_alpha(alpha: Any) -> float:
     if not math.isfinite(value):
         raise InvalidParameterError(f"norm_alpha must be finite, got {alpha!r}")
     return value
-
-
-def _mmr(relevance: np.ndarray, vectors: np.ndarray, lambda_mult: float, k: int) -> list[int]:
-    """Greedy MMR with the given relevance (n,) and cosine redundancy between rows of vectors."""
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    sim = unit @ unit.T
-    chosen = [int(np.argmax(relevance))]
-    redundancy = sim[chosen[0]].copy()
-    while len(chosen) < min(k, len(relevance)):
-        value = lambda_mult * relevance - (1.0 - lambda_mult) * redundancy
-        value[chosen] = -np.inf
-        nxt = int(np.argmax(value))
-        chosen.append(nxt)
-        redundancy = np.maximum(redundancy, sim[nxt])
-    return chosen
 
 
 class NormRankVectorStore(BasePydanticVectorStore):
@@ -290,7 +276,10 @@ class NormRankVectorStore(BasePydanticVectorStore):
                 vecs = np.stack([self._index.reconstruct(self._nodes[i]["key"]) for i, _ in hits])
                 lam = kwargs.get("mmr_threshold", query.mmr_threshold)
                 lam = 0.5 if lam is None else float(lam)
-                hits = [hits[j] for j in _mmr(np.asarray([s for _, s in hits]), vecs, lam, k)]
+                hits = [
+                    hits[j]
+                    for j in maximal_marginal_relevance(np.asarray([s for _, s in hits]), vecs, lam, k)
+                ]
             nodes = [self._node(i) for i, _ in hits]
         return VectorStoreQueryResult(
             nodes=nodes, similarities=[s for _, s in hits], ids=[i for i, _ in hits]
