@@ -388,7 +388,8 @@ class NormIndex:
         Args:
             q: queries ``(nq, dim)`` (or one ``(dim,)`` vector); their norms do not matter.
             k: results per query.
-            alpha: exponent for this call (default :attr:`alpha`): a scalar or one per query.
+            alpha: exponent for this call (default :attr:`alpha`): a scalar or one per query,
+                within [-16, 16].
             k_factor: ANN over-fetch for this call (default :attr:`k_factor`); ignored when exact.
 
         Returns:

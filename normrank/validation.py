@@ -21,6 +21,8 @@ __all__ = ["as_alpha", "as_ids", "as_k", "as_vectors", "split_norms"]
 
 # Below this a vector's direction is numerical noise: x / ||x|| would not be unit length.
 _MIN_NORM = 1e-30
+# |alpha| beyond this is a mistake, not a query: norms of ~250 would already overflow float32.
+MAX_ABS_ALPHA = 16.0
 # Results are (nq, k) arrays; past this many entries a call is a mistake, not a query.
 _MAX_RESULT_ENTRIES = 1 << 28
 
@@ -116,13 +118,14 @@ def as_k(k: object, nq: int) -> int:
     k = int(k)
     if k < 1:
         raise InvalidParameterError(f"k must be >= 1, got {k}")
-    if nq * k > _MAX_RESULT_ENTRIES:
+    if max(nq, 1) * k > _MAX_RESULT_ENTRIES:
         raise InvalidParameterError(f"k={k} for {nq} queries asks for more than {_MAX_RESULT_ENTRIES} results")
     return k
 
 
 def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
-    """One finite alpha per query, float64 ``(nq,)``, from a scalar or an array."""
+    """One finite alpha per query in ``[-MAX_ABS_ALPHA, MAX_ABS_ALPHA]``, float64 ``(nq,)``, from a
+    scalar or an array."""
     try:
         a = np.asarray(alpha, dtype=np.float64)
     except (TypeError, ValueError) as e:
@@ -133,4 +136,9 @@ def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
         raise InvalidParameterError(f"alpha must be a scalar or have one value per query ({nq}), got {a.shape}")
     if not np.isfinite(a).all():
         raise InvalidParameterError("alpha must be finite")
+    if (np.abs(a) > MAX_ABS_ALPHA).any():
+        raise InvalidParameterError(
+            f"alpha must lie in [-{MAX_ABS_ALPHA:g}, {MAX_ABS_ALPHA:g}] (useful values are about -2 to 1; "
+            "beyond this ||d||**alpha leaves the float32 range for ordinary norms)"
+        )
     return a

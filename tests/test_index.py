@@ -142,6 +142,8 @@ def test_bad_input_is_rejected_and_changes_nothing(rng):
         (NormrankError, lambda: index.search(np.ones((1, 4)), 0)),
         (NormrankError, lambda: index.search(np.ones((2, 4)), 3, alpha=[0.1, 0.2, 0.3])),
         (NormrankError, lambda: index.search(np.ones((2, 4)), 3, alpha=np.inf)),
+        (NormrankError, lambda: index.search(np.ones((2, 4)), 3, alpha=17.0)),  # beyond [-16, 16]
+        (NormrankError, lambda: index.search(np.ones((0, 4)), 2**62)),  # huge k, even with no queries
         (ZeroNormError, lambda: index.search(np.zeros((1, 4)), 3)),
     ]
     for err, call in bad_calls:
