@@ -429,7 +429,7 @@ class NormIndex:
     def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
         n = flat.ntotal
         storage = faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
-        if getattr(self, "device", None) is not None:
+        if self.device is not None:
             from normrank.backends import torch_flat
 
             store = self._aux.get("torch")
@@ -450,12 +450,12 @@ class NormIndex:
         n_all = self.ntotal + len(self._tombstones)
         params = _ann.ann_params(self._index)
         start = min(n_all, _ann.default_start(k, factor, params))
-        if getattr(self, "ann", "adaptive") == "overfetch":
+        if self.ann == "overfetch":
             return _ann.adaptive_search(
                 self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
                 start_depth=min(n_all, k * factor), max_depth=min(n_all, k * factor),
             )
-        max_depth = n_all if getattr(self, "max_depth", None) is None else max(k, self.max_depth)
+        max_depth = n_all if self.max_depth is None else max(k, self.max_depth)
         return _ann.adaptive_search(
             self._index, unit_q, k, weights, lookup,
             start_depth=start, max_depth=max_depth, tail=self._tail(alpha, weights, params),
@@ -470,8 +470,7 @@ class NormIndex:
 
         if weights is None:
             return None
-        n_tail = getattr(self, "n_tail", None)
-        n_tail = _ann.default_tail(self.ntotal, params) if n_tail is None else min(n_tail, self.ntotal)
+        n_tail = _ann.default_tail(self.ntotal, params) if self.n_tail is None else min(self.n_tail, self.ntotal)
         key = f"tail{n_tail}{'+' if alpha > 0 else '-'}"
         tail = self._aux.get(key)
         if tail is None:
