@@ -1,7 +1,7 @@
 """The α-sweep: does ``score = cos(q, d) * ||d||**alpha`` beat cosine, and at which α?
 
 For each (dataset, model): encode once (cached), compute the cosine scores once per query block,
-then for every α re-weight them by ``||d||**alpha`` (``normrank.norm_weighted``) and take the exact
+then for every α re-weight them by ``||d||**alpha`` (``normrank.scoring.norm_weight``) and take the exact
 top-k over all documents (``normrank.topk``). Metrics are computed for all α at once
 (:mod:`normrank.sweep_metrics`, equal to ranx); the cosine run is cross-checked against ranx.
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from normrank.data import Dataset, depth_bucket
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.scoring import norm_weighted
+from normrank.scoring import norm_weight
 from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
 from normrank.topk import topk
 
@@ -200,6 +200,7 @@ def rank_all_alphas(
     # All α of a query block go through one top-k call: the selection kernel's fixed cost
     # (thread start-up) is paid once per block, not once per α.
     block = max(1, min(nq, _BLOCK_FLOATS // max(n * na, 1)))
+    weight_rows = [norm_weight(w, a) for a in alphas]  # w**alpha once per α, not per block
     for q0 in range(0, nq, block):
         t = time.perf_counter()
         cos = qn[q0 : q0 + block] @ dn.T
@@ -207,8 +208,8 @@ def rank_all_alphas(
         t = time.perf_counter()
         b = cos.shape[0]
         stacked = np.empty((na, b, n), dtype=np.float32)
-        for ai, a in enumerate(alphas):
-            stacked[ai] = cos if a == 0 else norm_weighted(cos, w, a)
+        for ai, wa in enumerate(weight_rows):
+            np.multiply(cos, wa, out=stacked[ai])  # in place: no temporaries per α
         v, p = topk(stacked.reshape(na * b, n), k)
         scores[:, q0 : q0 + b] = v.reshape(na, b, k)
         pos[:, q0 : q0 + b] = p.reshape(na, b, k)
