@@ -29,7 +29,7 @@ PATHS = [str(REPO), str(REPO / "integrations" / "langchain"), str(REPO / "integr
 
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     import numpy as np
     kind, folder, version, n, dim, marker = sys.argv[1:7]
     version, n, dim = int(version), int(n), int(dim)
@@ -61,7 +61,8 @@ _CHILD = textwrap.dedent(
     print("saving", flush=True)
     t = time.perf_counter()
     save()
-    open(marker, "w").write(str(time.perf_counter() - t))
+    open(marker + ".tmp", "w").write(str(time.perf_counter() - t))  # whole or not at all
+    os.replace(marker + ".tmp", marker)
     """
 )
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Building the data from a seed keeps the parent's expectation independent of the child.
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     import numpy as np
     from normrank import NormIndex
     mode, path, seed, n, dim, marker = sys.argv[1:7]
@@ -51,7 +51,9 @@ _CHILD = textwrap.dedent(
     t = time.perf_counter()
     index.save(path)
     elapsed = time.perf_counter() - t
-    open(marker, "w").write(str(elapsed))
+    # written whole or not at all: a kill between open() and write() must not leave an empty marker
+    open(marker + ".tmp", "w").write(str(elapsed))
+    os.replace(marker + ".tmp", marker)
     print("saved", elapsed, flush=True)
     """
 )
