@@ -45,8 +45,11 @@ def _import_open_clip() -> Any:
     return open_clip
 
 
-class OpenCLIPEncoder(TorchEncoder):
-    """The text tower of an open_clip model (``CLIP`` or ``CustomTextCLIP``)."""
+class _CLIPTextEncoder(TorchEncoder):
+    """What both CLIP families share: the model in eval mode, its tokenizer, and the readout
+    (projected, or the no-head ablation) named in ``kind``."""
+
+    family = ""
 
     def __init__(
         self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu"
@@ -57,10 +60,22 @@ class OpenCLIPEncoder(TorchEncoder):
         self.name = name
         self.device = device
         self.head = head
-        self.kind = "open_clip" if head else "open_clip-nohead"
-        # The projection lives on the model (CLIP) or on its text tower (CustomTextCLIP).
-        self._proj_owner = model.text if hasattr(model, "text") else model
+        self.kind = self.family if head else f"{self.family}-nohead"
+        self._setup()
         self.dim = int(self.embed_tensor(["a"]).shape[1])
+
+    def _setup(self) -> None:
+        """Family-specific state, set before the first ``embed_tensor`` call."""
+
+
+class OpenCLIPEncoder(_CLIPTextEncoder):
+    """The text tower of an open_clip model (``CLIP`` or ``CustomTextCLIP``)."""
+
+    family = "open_clip"
+
+    def _setup(self) -> None:
+        # The projection lives on the model (CLIP) or on its text tower (CustomTextCLIP).
+        self._proj_owner = self.model.text if hasattr(self.model, "text") else self.model
 
     def embed_tensor(self, texts: list[str]) -> Any:
         self.model.eval()
@@ -106,21 +121,13 @@ def load_open_clip(
     return OpenCLIPEncoder(model, tokenizer, name, head=head, device=device)
 
 
-class HFCLIPEncoder(TorchEncoder):
+class HFCLIPEncoder(_CLIPTextEncoder):
     """The text side of a Hugging Face ``CLIPModel``, unnormalised."""
 
-    def __init__(
-        self, model: Any, tokenizer: Any, name: str, *, head: bool = True, device: str = "cpu"
-    ) -> None:
-        self.model = model.eval()
-        self.torch_module = self.model
-        self.tokenizer = tokenizer
-        self.name = name
-        self.device = device
-        self.head = head
-        self.kind = "hf-clip" if head else "hf-clip-nohead"
-        self.max_length = int(model.config.text_config.max_position_embeddings)
-        self.dim = int(self.embed_tensor(["a"]).shape[1])
+    family = "hf-clip"
+
+    def _setup(self) -> None:
+        self.max_length = int(self.model.config.text_config.max_position_embeddings)
 
     def embed_tensor(self, texts: list[str]) -> Any:
         self.model.eval()
