@@ -2,7 +2,8 @@
 
 For each (dataset, model): encode once (cached), compute the cosine scores once per query block,
 then for every α re-weight them by ``||d||**alpha`` (``normrank.scoring.norm_weight``) and take the exact
-top-k over all documents (``normrank.topk``). Metrics are computed for all α at once
+top-k over all documents (``normrank.topk.reweighted_topk``: each α bounded by its neighbour's
+top-k; equal scores ranked by document order). Metrics are computed for all α at once
 (:mod:`normrank.sweep_metrics`, equal to ranx); the cosine run is cross-checked against ranx.
 
 Besides the oracle best α (chosen on the test queries, as the paper's Fig. 4), the sweep reports
@@ -25,7 +26,7 @@ from normrank.data import Dataset, depth_bucket
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.scoring import norm_weight
 from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
-from normrank.topk import topk
+from normrank.topk import reweighted_topk
 
 __all__ = [
     "DEFAULT_ALPHAS",
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ALPHAS = "-2:1:0.25"
 CV_METRIC = "ndcg@10"
-_BLOCK_FLOATS = 1 << 23  # cosine block (queries x docs) kept near 32 MB
+_BLOCK_FLOATS = 1 << 22  # cosine block (queries x docs) kept near 16 MB
 
 
 def parse_alphas(spec: str | Sequence[float] = DEFAULT_ALPHAS) -> list[float]:
@@ -197,22 +198,19 @@ def rank_all_alphas(
     scores = np.empty((na, nq, k), dtype=np.float32)
     pos = np.empty((na, nq, k), dtype=np.int64)
     t_cos = t_rank = 0.0
-    # All α of a query block go through one top-k call: the selection kernel's fixed cost
-    # (thread start-up) is paid once per block, not once per α.
-    block = max(1, min(nq, _BLOCK_FLOATS // max(n * na, 1)))
-    weight_rows = [norm_weight(w, a) for a in alphas]  # w**alpha once per α, not per block
+    # Sorted by α so that neighbours rank alike; the chain starts from the α nearest 0 (cosine).
+    order = np.argsort(np.asarray(alphas, dtype=np.float64), kind="stable")
+    first = int(np.argmin(np.abs(np.asarray(alphas, dtype=np.float64)[order])))
+    weight_rows = np.stack([norm_weight(w, alphas[i]) for i in order])  # w**alpha once per α
+    block = max(1, min(nq, _BLOCK_FLOATS // max(n, 1)))
     for q0 in range(0, nq, block):
         t = time.perf_counter()
         cos = qn[q0 : q0 + block] @ dn.T
         t_cos += time.perf_counter() - t
         t = time.perf_counter()
-        b = cos.shape[0]
-        stacked = np.empty((na, b, n), dtype=np.float32)
-        for ai, wa in enumerate(weight_rows):
-            np.multiply(cos, wa, out=stacked[ai])  # in place: no temporaries per α
-        v, p = topk(stacked.reshape(na * b, n), k)
-        scores[:, q0 : q0 + b] = v.reshape(na, b, k)
-        pos[:, q0 : q0 + b] = p.reshape(na, b, k)
+        v, p = reweighted_topk(cos, weight_rows, k, first)
+        scores[order, q0 : q0 + cos.shape[0]] = v
+        pos[order, q0 : q0 + cos.shape[0]] = p
         t_rank += time.perf_counter() - t
     return scores, pos, {"cosine_matmul": t_cos, "reweight_topk": t_rank}
 

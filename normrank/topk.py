@@ -12,7 +12,7 @@ import numpy as np
 
 from normrank.errors import InvalidParameterError
 
-__all__ = ["topk", "weighted_flat_search"]
+__all__ = ["reweighted_topk", "topk", "weighted_flat_search"]
 
 # The score block (queries x documents) is kept near this many floats: large enough for BLAS
 # to run at full speed, small enough that a big batch never needs unbounded memory.
@@ -61,6 +61,89 @@ def topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if n and nq:
         heap.addn(n, faiss.swig_ptr(s), 0, 0, nq)
     _finish(heap, values, positions)
+    return values, positions
+
+
+def _orderable(values: np.ndarray) -> np.ndarray:
+    """float32 -> int64 with the same order (sign-magnitude bits to two's complement)."""
+    bits = (values + np.float32(0)).view(np.int32).astype(np.int64)  # + 0 turns -0.0 into 0.0
+    return np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _topk_small(values: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of small candidate rows in the total order (score descending, position ascending).
+
+    numpy rather than FAISS's heap here: its OpenMP start-up, contending with BLAS threads still
+    spinning after the matmul, costs more than selecting from a few hundred candidates. The
+    order is total, so which of several equal scores are kept never depends on the kernel.
+    """
+    key = (_orderable(values) << 32) + (0xFFFFFFFF - positions)  # positions < 2**32
+    keep = np.argpartition(key, values.shape[1] - k, axis=1)[:, -k:]
+    order = np.argsort(np.take_along_axis(key, keep, axis=1), axis=1)[:, ::-1]
+    keep = np.take_along_axis(keep, order, axis=1)
+    return np.take_along_axis(values, keep, axis=1), np.take_along_axis(positions, keep, axis=1)
+
+
+def _chain_from(first: int, count: int) -> list[tuple[int, int | None]]:
+    """``(row, seed_row)`` visiting ``first`` then its neighbours outward, each seeded by the
+    neighbour nearer ``first`` (``None`` for ``first`` itself)."""
+    chain: list[tuple[int, int | None]] = [(first, None)]
+    chain += [(i, i + 1) for i in range(first - 1, -1, -1)]
+    chain += [(i, i - 1) for i in range(first + 1, count)]
+    return chain
+
+
+def reweighted_topk(
+    scores: np.ndarray, weight_rows: np.ndarray, k: int, first: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of ``scores * weight_rows[i]`` for every row ``i`` of weights (the α-sweep).
+
+    A full heap pass per weighting costs ~3 ns per score. Neighbouring weightings (α and
+    α ± 0.25) rank almost alike, so each is bounded by its neighbour's top-k instead: those k
+    documents re-weighted give a k-th best score no larger than the true one, and only scores at
+    or above it (a few more than k per row) are selected from. ``first`` is bounded by a full heap
+    pass. Results follow a total order, score descending then position ascending, so the
+    documents kept among equal scores never depend on the kernel or on ``first``.
+
+    Args:
+        scores: ``(nq, n)`` float32 (cosines).
+        weight_rows: ``(n_weights, n)`` float32, finite and > 0, ordered so that neighbours are
+            alike (α ascending).
+        k: results per row.
+        first: the row the chain starts from (α = 0).
+
+    Returns:
+        ``(values, positions)``, float32 and int64, both ``(n_weights, nq, k)``; when ``n < k``
+        rows are padded with ``-inf`` and ``-1`` as :func:`topk`.
+    """
+    s = np.ascontiguousarray(scores, dtype=np.float32)
+    w = np.asarray(weight_rows, dtype=np.float32)
+    nq, n = s.shape
+    values = np.full((w.shape[0], nq, k), -np.inf, dtype=np.float32)
+    positions = np.full((w.shape[0], nq, k), -1, dtype=np.int64)
+    weighted = np.empty_like(s)  # one buffer, reused: no allocation per weighting
+    if n <= 4 * k:  # small corpora: every document is a candidate, no bound needed
+        every = np.broadcast_to(np.arange(n, dtype=np.int64), (nq, n))
+        for i in range(w.shape[0]):
+            np.multiply(s, w[i], out=weighted)
+            kk = min(k, n)
+            values[i, :, :kk], positions[i, :, :kk] = _topk_small(weighted, every, kk)
+        return values, positions
+    row_start = np.arange(nq, dtype=np.int64) * n
+    for i, seed in _chain_from(first, w.shape[0]):
+        np.multiply(s, w[i], out=weighted)
+        seed_positions = topk(weighted, k)[1] if seed is None else positions[seed]
+        bound = np.take_along_axis(weighted, seed_positions, axis=1).min(axis=1)
+        hits = np.flatnonzero(weighted >= bound[:, None])  # >= k per row: the seed documents
+        rows = hits // n
+        counts = np.bincount(rows, minlength=nq)
+        slot = np.arange(hits.size) - (np.cumsum(counts) - counts)[rows]
+        # Pads (-inf, -1) are never selected: every row has at least k real candidates.
+        cand_values = np.full((nq, int(counts.max())), -np.inf, dtype=np.float32)
+        cand_positions = np.full(cand_values.shape, -1, dtype=np.int64)
+        cand_values[rows, slot] = weighted.ravel()[hits]
+        cand_positions[rows, slot] = hits - row_start[rows]
+        values[i], positions[i] = _topk_small(cand_values, cand_positions, k)
     return values, positions
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from normrank.data import Dataset
 from normrank.embedding_cache import EmbeddingCache
@@ -20,6 +22,7 @@ from normrank.sweep import (
 )
 from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
 from normrank.sweep_report import write_all
+from normrank.topk import reweighted_topk
 
 ranx = pytest.importorskip("ranx")
 
@@ -94,6 +97,39 @@ def test_rank_all_alphas_is_exact() -> None:
         want = np.argsort(-ref, axis=1)[:, :25]
         np.testing.assert_array_equal(pos[ai], want)
         np.testing.assert_allclose(scores[ai], np.take_along_axis(ref, want, 1), rtol=2e-5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nq=st.integers(1, 5),
+    n=st.integers(1, 260),
+    k=st.integers(1, 40),
+    n_weights=st.integers(1, 6),
+    spread=st.floats(0.0, 2.0),
+    tied=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_reweighted_topk_equals_brute_force_with_ties(
+    nq: int, n: int, k: int, n_weights: int, spread: float, tied: bool, seed: int
+) -> None:
+    """The chained bound against numpy's stable sort of every re-weighted matrix: same ids, same
+    scores, same order, including equal scores (kept by position) and rows shorter than k."""
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal((nq, n)).astype(np.float32)
+    weights = np.exp(np.sort(rng.normal(0, spread, (n_weights, 1)), axis=0) * rng.normal(0, 1, n))
+    if tied:  # few distinct values: many equal scores at every rank
+        scores = (np.round(scores * 2) / 2).astype(np.float32)
+        weights = np.round(weights * 2) / 2 + 0.5
+    weights = weights.astype(np.float32)
+    first = int(rng.integers(0, n_weights))
+    values, positions = reweighted_topk(scores, weights, k, first)
+    kk = min(k, n)
+    for i in range(n_weights):
+        ref = scores * weights[i]
+        want = np.argsort(-ref, axis=1, kind="stable")[:, :kk]
+        np.testing.assert_array_equal(positions[i, :, :kk], want)
+        np.testing.assert_array_equal(values[i, :, :kk], np.take_along_axis(ref, want, axis=1))
+        assert np.all(positions[i, :, kk:] == -1) and np.all(np.isneginf(values[i, :, kk:]))
 
 
 def test_rank_pads_when_fewer_docs_than_k() -> None:
