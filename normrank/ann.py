@@ -1,25 +1,25 @@
-"""Exact-recall norm-weighted search on ANN indexes (IVF, HNSW) with query-time alpha.
+"""Norm-weighted search on ANN indexes (IVF, HNSW) with query-time alpha.
 
 The problem: an ANN index ranks by cosine, but a document far down the cosine ranking can be
-lifted into the top-k by its weight ``w = ||d||**alpha``. A fixed over-fetch misses it.
+lifted into the top-k by its weight ``w = ||d||**alpha``. A fixed over-fetch misses it: on real
+MiniLM embeddings at alpha = 1 the exact top-10 holds documents at cosine rank 1,000-3,000 of
+15,000 (benchmarks/results/speed.md).
 
-Method (chosen by measurement, see benchmarks/results/speed.md): **adaptive over-fetch with a
-stopping bound, plus an exact "tail band"**.
+Method (chosen by measurement, see benchmarks/results/speed.md): **ANN candidates plus an exact
+scan in decreasing weight order, stopped by a bound** (norm ranging, Yan et al., NeurIPS 2018,
+with the bands scanned exactly and their size chosen per query).
 
-* Fetch the top ``D`` by cosine, re-score ``cos * w`` exactly. Every document not fetched has
-  cosine ``<= c_D`` (the last fetched), so it scores at most ``c_D * w_max`` when ``c_D >= 0``
-  and at most ``c_D * w_min`` when ``c_D < 0`` (a negative cosine is hurt least by the
-  smallest weight). Once the k-th re-scored score reaches that bound, nothing unseen can enter
-  the top-k; otherwise ``D`` grows geometrically and the query is searched again.
-* ``w_max`` is dominated by a few extreme-norm documents, which makes the bound loose. The
-  ``tail`` documents with the largest weights for this alpha (the lowest norms when
-  ``alpha < 0``, the highest when ``alpha > 0``) are therefore scored exactly by a small flat
-  scan (norm ranging, Yan et al., NeurIPS 2018, with the extreme band brute-forced), and the
-  bound uses the largest weight *outside* the tail.
+* Fetch the top ``D`` by cosine from the index (HNSW: its ``efSearch`` beam, which it explores
+  anyway) and re-score ``cos * w`` exactly.
+* Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
+  when ``alpha > 0``) exactly, in chunks that double. After ``t`` of them, a document seen
+  neither way has cosine ``<= c_D`` (the last fetched) and weight ``<= w_(t)`` (the next in
+  weight order), so it scores at most ``c_D * w_(t)`` (``c_D * w_min`` when ``c_D < 0``). Once the
+  k-th score reaches that bound the query stops; at worst every document is scanned (exact).
 
-"Exact" is relative to the ANN index itself: documents the index would not return for any depth
-at the given ``nprobe`` / ``efSearch`` are missed, as plain ANN misses them. When the index runs
-out of candidates (an IVF probe set exhausted) the search stops there.
+"Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``D``,
+as any re-ranking of ANN output must. Weighted documents are found however deep they sit in
+the cosine ranking, which over-fetching cannot do.
 """
 
 from __future__ import annotations
@@ -32,16 +32,21 @@ import numpy as np
 __all__ = [
     "AnnStats",
     "IdLookup",
+    "WeightOrder",
     "adaptive_search",
     "ann_params",
+    "default_band_start",
     "default_start",
-    "default_tail",
-    "tail_positions",
+    "default_trust_depth",
     "unseen_bound",
 ]
 
-# Depth grows by this factor per round: total work stays within 1/(1-1/4) of the last round.
-_GROWTH = 4
+# The weight-order scan grows by this factor per round: a query scans at most twice what its
+# bound needed. A round has a fixed cost (~50 us of numpy calls), which dominates for a few
+# queries, so small batches take bigger steps.
+_GROWTH = 2
+_GROWTH_FEW = 4
+_FEW_QUERIES = 8
 
 
 class IdLookup:
@@ -103,16 +108,24 @@ def ann_params(index: faiss.Index) -> dict[str, int]:
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` of small candidate rows, in numpy: FAISS's heap helpers open an OpenMP region per
-    call, which costs milliseconds on a busy machine for a few microseconds of work."""
+    call, which costs milliseconds on a busy machine for a few microseconds of work. Rows shorter
+    than ``k`` and non-finite scores pad with ``-inf`` / ``-1``."""
     nq, m = scores.shape
     out_s = np.full((nq, k), -np.inf, dtype=np.float32)
     out_p = np.full((nq, k), -1, dtype=np.int64)
     if m == 0 or nq == 0:
         return out_s, out_p
     kk = min(k, m)
-    part = (
-        np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if m > kk else np.broadcast_to(np.arange(m), (nq, m))
-    )
+    if nq == 1:  # one query (the latency case): 1-D calls skip numpy's along-axis machinery
+        row, prow = scores[0], pos[0]
+        part = np.argpartition(-row, kk - 1)[:kk] if m > kk else np.arange(m)
+        part = part[np.argsort(-row[part], kind="stable")]
+        ps, pp = row[part], prow[part]
+        ok = np.isfinite(ps) & (pp >= 0)
+        out_s[0, :kk] = np.where(ok, ps, -np.inf)
+        out_p[0, :kk] = np.where(ok, pp, -1)
+        return out_s, out_p
+    part = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if m > kk else np.broadcast_to(np.arange(m), (nq, m))
     ps = np.take_along_axis(scores, part, 1)
     order = np.argsort(-ps, axis=1, kind="stable")
     ps = np.take_along_axis(ps, order, 1)
@@ -137,17 +150,14 @@ class AnnStats:
     """What one :func:`adaptive_search` call did (for benchmarks and tuning)."""
 
     rounds: int = 0
-    max_depth: int = 0
-    unproven: int = 0  # queries that hit ``max_depth`` before the bound held
+    max_depth: int = 0  # cosine depth fetched from the index
+    max_scanned: int = 0  # documents scanned in weight order by the widest query
 
 
-def default_tail(n: int, params: dict[str, int] | None = None) -> int:
-    """Tail size: ~1/30 of the documents, capped so that its flat scan stays a fraction of the ANN's
-    own work (IVF: a quarter of the probed share; HNSW: 8 x efSearch distance evaluations).
-
-    Measured on 30k MiniLM-like vectors (benchmarks/results/speed.md): no tail made the bound so
-    loose that 3-4 rounds were needed (5-7x plain latency); ~3% brought it to one or two rounds.
-    """
+def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
+    """First chunk of the weight-order scan: ~1/30 of the documents, capped so that it stays a
+    fraction of the ANN's own work (IVF: a quarter of the probed share; HNSW: 8 x efSearch).
+    Later chunks double while the bound does not hold."""
     params = params or {}
     cap = 2048
     if "efSearch" in params:
@@ -158,8 +168,8 @@ def default_tail(n: int, params: dict[str, int] | None = None) -> int:
 
 
 def default_start(k: int, k_factor: int, params: dict[str, int]) -> int:
-    """First cosine depth: HNSW explores ``efSearch`` candidates anyway; an IVF scan costs the
-    same at any depth, so it starts deeper (4 x) to finish in one round."""
+    """Cosine depth fetched: HNSW explores ``efSearch`` candidates anyway; an IVF scan costs the
+    same at any depth, so it fetches 4 x deeper."""
     if "efSearch" in params:
         return max(k * k_factor, params["efSearch"])
     if "nprobe" in params:
@@ -167,12 +177,57 @@ def default_start(k: int, k_factor: int, params: dict[str, int]) -> int:
     return k * k_factor
 
 
-def tail_positions(weights: np.ndarray, n_tail: int) -> np.ndarray:
-    """Storage positions of the ``n_tail`` largest weights."""
-    if n_tail <= 0:
-        return np.empty(0, dtype=np.int64)
-    n_tail = min(n_tail, weights.size)
-    return np.argpartition(-weights, n_tail - 1)[:n_tail].astype(np.int64)
+def default_trust_depth(depth: int, params: dict[str, int]) -> int:
+    """Rank down to which the index's cosine ranking is trusted by the bound.
+
+    IVF ranks every document of its probed lists exactly, so its whole depth is trusted (its
+    misses sit in unprobed lists, at any rank). A graph's beam is least sure of its last
+    candidates: for HNSW the bound uses the cosine at a quarter of the depth, and a document
+    missed beyond it is caught by the weight-order scan. Measured at nq = 100, efSearch 256
+    (benchmarks/results/speed.md): on 20k MiniLM-like vectors at alpha = 0.5, recall 0.989 /
+    0.994 trusting half / a quarter of the beam (1.21x / 1.46x plain latency); on 27k real ones
+    at alpha = 0.25, 0.987 / 0.990, the index's own recall at alpha = 0 being 0.990.
+    """
+    return max(1, depth // 4) if "efSearch" in params else depth
+
+
+class WeightOrder:
+    """Documents in decreasing order of one weighting (for one sign of alpha), with their unit
+    vectors copied lazily, only as far as a search has needed to scan.
+
+    Args:
+        base: ``(n,)`` positive base weights (norms) by storage position; the order is that of
+            ``base`` descending (``sign > 0``) or ascending (``sign < 0``).
+        fetch: storage positions -> ``(m, d)`` float32 unit vectors.
+    """
+
+    def __init__(self, base: np.ndarray, sign: int, fetch) -> None:
+        key = -base if sign > 0 else base
+        self.order = np.argsort(key, kind="stable").astype(np.int64)
+        self.rank = np.empty_like(self.order)
+        self.rank[self.order] = np.arange(self.order.size)
+        self._fetch = fetch
+        self._vectors: np.ndarray | None = None
+        self._sorted: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(weights, weights in this order, their minimum)``, computed once per weights array
+        (an O(n) pass per search would dominate single-query latency)."""
+        got = self._sorted.get(id(weights))
+        if got is None or got[0] is not weights:
+            if len(self._sorted) >= 8:
+                self._sorted.pop(next(iter(self._sorted)))
+            got = self._sorted[id(weights)] = (weights, weights[self.order], float(weights.min()))
+        return got
+
+    def vectors(self, stop: int) -> np.ndarray:
+        """Unit vectors of the first ``stop`` documents in weight order."""
+        have = 0 if self._vectors is None else self._vectors.shape[0]
+        if stop > have:
+            grow = min(self.order.size, max(stop, 2 * have))
+            new = np.ascontiguousarray(self._fetch(self.order[have:grow]), dtype=np.float32)
+            self._vectors = new if self._vectors is None else np.concatenate([self._vectors, new])
+        return self._vectors[:stop]
 
 
 def adaptive_search(
@@ -182,12 +237,13 @@ def adaptive_search(
     weights: np.ndarray | None,
     lookup: IdLookup,
     *,
-    start_depth: int,
-    max_depth: int,
-    tail: tuple[np.ndarray, np.ndarray] | None = None,
+    depth: int,
+    order: WeightOrder | None = None,
+    band_start: int = 0,
+    trust_depth: int | None = None,
     stats: AnnStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of ``cos * weights`` through the ANN ``index``, growing depth until proven.
+    """Top-``k`` of ``cos * weights`` through the ANN ``index`` (method in the module docstring).
 
     Args:
         index: FAISS inner-product index over unit vectors; returns ids that ``lookup`` maps.
@@ -195,59 +251,70 @@ def adaptive_search(
         k: results per query.
         weights: ``(n,)`` float32 weights by storage position, or None (cosine: depth ``k``).
         lookup: FAISS id -> storage position.
-        start_depth / max_depth: first and largest cosine depth fetched.
-        tail: ``(positions (T,), unit vectors (T, d))`` of the highest-weight documents, scored
-            exactly by a flat scan; the bound then uses the largest weight outside them.
-        stats: filled with rounds / depth / unproven counts when given.
+        depth: cosine depth fetched from the index.
+        order: the documents in decreasing weight order; None re-scores the ``depth``
+            candidates only (a fixed over-fetch, no bound).
+        band_start: first chunk of the weight-order scan.
+        trust_depth: the rank whose cosine bounds unseen documents (default ``depth``); see
+            :func:`default_trust_depth`.
+        stats: filled with rounds / depth / scanned counts when given.
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
     """
+    stats = stats if stats is not None else AnnStats()
+    if weights is None:  # cosine: FAISS's own ranking is the answer, already sorted
+        stats.rounds, stats.max_depth = 1, k
+        cos, cand = _search(index, unit_q, k)
+        pos = lookup(cand)
+        return np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos
+    stats.rounds, stats.max_depth = 1, depth
+    cos, cand = _search(index, unit_q, depth)
+    pos = lookup(cand)
+    valid = pos >= 0
+    safe = np.maximum(pos, 0)
+    # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
+    rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
+    if order is None:
+        return _select(rescored, pos, k)
+
+    n = weights.size
+    _, w_sorted, w_min = order.sorted_weights(weights)
+    c_last = cos[:, min(depth, max(k, trust_depth or depth)) - 1].astype(np.float64)
+    exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
     nq = unit_q.shape[0]
     out_s = np.full((nq, k), -np.inf, dtype=np.float32)
     out_p = np.full((nq, k), -1, dtype=np.int64)
-    stats = stats if stats is not None else AnnStats()
-    if weights is None:  # cosine: the ANN ranking is the answer
-        cos, cand = _search(index, unit_q, k)
-        pos = lookup(cand)
-        stats.rounds, stats.max_depth = 1, k
-        return _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
-
-    in_tail = np.zeros(weights.size, dtype=bool)
-    tail_s = tail_p = None
-    if tail is not None and tail[0].size:
-        tpos, tvec = tail
-        in_tail[tpos] = True
-        # A few thousand rows at most: one small matmul, selected in numpy.
-        tscores = ((unit_q @ tvec.T) * weights[tpos]).astype(np.float32)
-        tail_s, tail_p = _select(tscores, np.broadcast_to(tpos, tscores.shape), k)
-    rest = weights[~in_tail]
-    w_max = float(rest.max()) if rest.size else 0.0
-    w_min = float(rest.min()) if rest.size else 0.0
-
+    band_s = band_p = None  # best of the weight-order scan so far, for the open queries
     active = np.arange(nq)
-    depth = max(k, min(start_depth, max_depth))
-    while active.size:
+    scanned, stop = 0, min(n, max(band_start, k))
+    while True:
+        # Scan weight-order documents [scanned, stop) exactly for the open queries.
+        q = unit_q if active.size == nq else unit_q[active]
+        chunk = (q @ order.vectors(stop)[scanned:stop].T) * w_sorted[scanned:stop]
+        chunk_pos = np.broadcast_to(order.order[scanned:stop], chunk.shape)
+        if band_s is not None:
+            chunk = np.concatenate([band_s, chunk], axis=1)
+            chunk_pos = np.concatenate([band_p, chunk_pos], axis=1)
+        scanned = stop
+        stats.max_scanned = max(stats.max_scanned, scanned)
+        # Candidates already scanned in weight order are in `chunk`: drop their second copy.
+        fresh = valid[active] & (order.rank[safe[active]] >= scanned)
+        s, p = _select(
+            np.concatenate([np.where(fresh, rescored[active], -np.inf), chunk], axis=1).astype(np.float32),
+            np.concatenate([pos[active], chunk_pos], axis=1),
+            k,
+        )
+        if scanned < n:
+            bound = unseen_bound(c_last[active], float(w_sorted[scanned]), w_min)
+            done = (s[:, -1] >= bound) | exhausted[active]
+        else:  # every document scanned: exact
+            done = np.ones(active.size, dtype=bool)
+        out_s[active[done]], out_p[active[done]] = s[done], p[done]
+        if done.all():
+            return out_s, out_p
+        open_ = ~done
+        band_s, band_p = _select(chunk[open_].astype(np.float32), chunk_pos[open_], k)
+        active = active[open_]
         stats.rounds += 1
-        stats.max_depth = max(stats.max_depth, depth)
-        cos, cand = _search(index, unit_q[active], depth)
-        pos = lookup(cand)
-        valid = pos >= 0
-        safe = np.maximum(pos, 0)
-        # Tail documents are already scored exactly by the flat scan: drop them here.
-        keep = valid & ~in_tail[safe]
-        # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
-        rescored = np.where(keep, np.where(keep, cos, 0) * weights[safe], -np.inf).astype(np.float32)
-        if tail_s is not None:
-            rescored = np.concatenate([rescored, tail_s[active]], axis=1)
-            pos = np.concatenate([pos, tail_p[active]], axis=1)
-        s, picked = _select(rescored, pos, k)
-        exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
-        proven = s[:, -1] >= unseen_bound(cos[:, -1].astype(np.float64), w_max, w_min)
-        done = exhausted | proven | (depth >= max_depth)
-        stats.unproven += int(np.count_nonzero(done & ~exhausted & ~proven))
-        out_s[active[done]] = s[done]
-        out_p[active[done]] = picked[done]
-        active = active[~done]
-        depth = min(depth * _GROWTH, max_depth)
-    return out_s, out_p
+        stop = min(n, (_GROWTH_FEW if nq < _FEW_QUERIES else _GROWTH) * scanned)

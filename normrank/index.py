@@ -74,10 +74,13 @@ class NormIndex:
         ``NormIndex.from_faiss(filled_index)`` wraps one that already holds vectors.
 
     Exactness: with a flat index the ranking is exact (the same scores as numpy brute force).
-    With an ANN index (IVF, HNSW) the default ``ann="adaptive"`` fetches cosine candidates at a
-    growing depth until a bound proves that nothing unfetched can beat the k-th re-scored
-    score, and scans the most extreme-weight documents exactly (:mod:`normrank.ann`); the
-    ranking is then exact up to what the ANN index can return at its nprobe / efSearch.
+    With an ANN index (IVF, HNSW) the default ``ann="adaptive"`` re-scores the index's cosine
+    candidates and scans documents exactly in decreasing weight order until a bound proves that
+    nothing unseen can beat the k-th score (:mod:`normrank.ann`); the ranking is then exact up
+    to what the ANN index returns at its nprobe / efSearch. ``n_tail`` sets the first chunk of
+    that scan (default ~3% of the documents, capped by the index's own work) and ``max_depth``
+    caps the cosine depth fetched. The scanned documents' unit vectors are copied once, as far
+    as searches have needed (at most one copy of the index per sign of alpha).
     ``ann="overfetch"`` re-scores a fixed ``k * k_factor`` candidates: faster, recall not
     guaranteed. Measured recall and latency: ``benchmarks/results/speed.md``.
 
@@ -448,37 +451,39 @@ class NormIndex:
             lookup = self._aux["lookup"] = _ann.IdLookup(self._ids)
         weights = self._weight_for(alpha)
         n_all = self.ntotal + len(self._tombstones)
-        params = _ann.ann_params(self._index)
-        start = min(n_all, _ann.default_start(k, factor, params))
         if self.ann == "overfetch":
             return _ann.adaptive_search(
                 self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
-                start_depth=min(n_all, k * factor), max_depth=min(n_all, k * factor),
-            )
-        max_depth = n_all if self.max_depth is None else max(k, self.max_depth)
+                depth=min(n_all, k * factor),
+            )  # fmt: skip
+        params = _ann.ann_params(self._index)
+        depth = min(n_all, _ann.default_start(k, factor, params))
+        if self.max_depth is not None:
+            depth = min(depth, max(k, self.max_depth))
+        start = _ann.default_band_start(self.ntotal, params) if self.n_tail is None else self.n_tail
         return _ann.adaptive_search(
             self._index, unit_q, k, weights, lookup,
-            start_depth=start, max_depth=max_depth, tail=self._tail(alpha, weights, params),
-        )
+            depth=depth, order=self._weight_order(alpha), band_start=start,
+            trust_depth=_ann.default_trust_depth(depth, params),
+        )  # fmt: skip
 
     def _ones(self) -> np.ndarray:
         return np.ones(self.ntotal, dtype=np.float32)
 
-    def _tail(self, alpha: float, weights: np.ndarray | None, params: dict[str, int]):
-        """The highest-weight documents for the sign of ``alpha``, with their unit vectors."""
+    def _weight_order(self, alpha: float):
+        """The documents in decreasing ``w**alpha`` order (one per sign of alpha), built once."""
         from normrank import ann as _ann
 
-        if weights is None:
+        if alpha == 0:
             return None
-        n_tail = _ann.default_tail(self.ntotal, params) if self.n_tail is None else min(self.n_tail, self.ntotal)
-        key = f"tail{n_tail}{'+' if alpha > 0 else '-'}"
-        tail = self._aux.get(key)
-        if tail is None:
-            pos = _ann.tail_positions(weights, n_tail)
-            ids = self._ids[pos]
-            vecs = self._index.reconstruct_batch(ids) if pos.size else np.empty((0, self.dim), "f4")
-            tail = self._aux[key] = (pos, np.ascontiguousarray(vecs, dtype=np.float32))
-        return tail
+        key = f"order{'+' if alpha > 0 else '-'}"
+        order = self._aux.get(key)
+        if order is None:
+            base = self._norms if self._weights is None else self._weights
+            order = self._aux[key] = _ann.WeightOrder(
+                base, 1 if alpha > 0 else -1, lambda pos: self._index.reconstruct_batch(self._ids[pos])
+            )
+        return order
 
     # -- reconstruction -----------------------------------------------------------------------
 

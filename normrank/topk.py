@@ -20,6 +20,10 @@ _BLOCK_ELEMENTS = 1 << 22
 _QUERY_BLOCK = 1024
 # Below this many queries a per-query SIMD scan beats BLAS (see _inner_products_small).
 _SMALL_NQ = 8
+# Up to this many queries the product is taken as (docs @ q.T) in blocks of _MID_DOC_BLOCK
+# documents; beyond it the transpose costs more than it saves (measured at nq = 1000).
+_MID_NQ = 192
+_MID_DOC_BLOCK = 2048
 
 
 def _new_heap(nq: int, k: int) -> tuple[faiss.float_minheap_array_t, np.ndarray, np.ndarray]:
@@ -186,12 +190,22 @@ def weighted_flat_search(
         heap, values, positions = _new_heap(q.shape[0], k)
         block = max(1024, _BLOCK_ELEMENTS // q.shape[0])
         small = q.shape[0] < _SMALL_NQ and unit_vectors.flags.c_contiguous
+        mid = not small and q.shape[0] <= _MID_NQ
+        if mid:
+            block = _MID_DOC_BLOCK
+            buf = np.empty((q.shape[0], block), dtype=np.float32)
         for j0 in range(0, n, block):
+            docs = unit_vectors[j0 : j0 + block]
             if small:
-                s = _inner_products_small(q, unit_vectors[j0 : j0 + block])
+                s = _inner_products_small(q, docs)
+            elif mid:
+                # (docs @ q.T) runs ~10% faster in OpenBLAS than (q @ docs.T) (measured, 100k x
+                # 384, nq = 100); the transpose back is folded into the weight multiply, in L2.
+                s = buf[:, : docs.shape[0]]
+                np.multiply((docs @ q.T).T, 1.0 if weights is None else weights[j0 : j0 + block], out=s)
             else:
-                s = q @ unit_vectors[j0 : j0 + block].T
-            if weights is not None:
+                s = q @ docs.T
+            if weights is not None and not mid:
                 s *= weights[j0 : j0 + block]
             s = np.ascontiguousarray(s, dtype=np.float32)
             heap.addn(s.shape[1], faiss.swig_ptr(s), j0, 0, s.shape[0])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from normrank import NormIndex
-from normrank.ann import IdLookup, unseen_bound
+from normrank.ann import AnnStats, IdLookup, adaptive_search, unseen_bound
 from normrank.errors import InvalidParameterError
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
@@ -69,6 +69,41 @@ def test_adaptive_recall(indexes, data, factory, alpha):
     x, q = data
     _, ids = indexes[factory].search(q, K, alpha=alpha)
     assert recall(ids, brute(x, q, alpha)) >= 0.99
+
+
+@pytest.mark.parametrize("alpha", [-1.5, -0.75, 0.5, 1.0, 2.0])
+def test_bound_is_exact_when_the_index_is(data, alpha):
+    """IVF probing every list returns the true cosine ranking, so the stopping bound is a proof:
+    the result must equal brute force exactly, however deep the winners sit by cosine."""
+    x, q = data
+    idx = NormIndex(x.shape[1], factory="IVF16,Flat")
+    idx.train(x)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 16
+    idx.add(x)
+    _, ids = idx.search(q, K, alpha=alpha)
+    np.testing.assert_array_equal(ids, brute(x, q, alpha))
+
+
+def test_weight_order_scan_runs_to_the_end_when_needed():
+    """With a cosine depth of k the bound can only hold late: rounds grow the weight-order scan
+    (x4) and the answer is still exact; the vectors are copied only as far as scanned."""
+    x, q = clustered(3000, 8, seed=5)
+    idx = NormIndex(x.shape[1], factory="IVF8,Flat", max_depth=K, n_tail=16)
+    idx.train(x)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 8
+    idx.add(x)
+    stats = AnnStats()
+    unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    order = idx._weight_order(1.0)
+    w = idx._weight_for(1.0)
+    _, pos = adaptive_search(
+        idx.faiss_index, unit_q.astype(np.float32), K, w, IdLookup(idx.ids), depth=K, order=order,
+        band_start=16, stats=stats,
+    )  # fmt: skip
+    np.testing.assert_array_equal(idx.ids[pos], brute(x, q, 1.0))
+    assert stats.rounds > 1 and stats.max_scanned > 16
+    assert order.vectors(1).shape == (1, x.shape[1])
+    assert order._vectors.shape[0] < 2 * max(stats.max_scanned, 16) + 1
 
 
 @pytest.mark.parametrize("alpha", [-1.5, 1.0])
