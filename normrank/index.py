@@ -457,7 +457,7 @@ class NormIndex:
                 depth=min(n_all, k * factor),
             )  # fmt: skip
         params = _ann.ann_params(self._index)
-        depth = min(n_all, _ann.default_start(k, factor, params))
+        depth = min(n_all, _ann.default_start(k, factor, params, n_all))
         if self.max_depth is not None:
             depth = min(depth, max(k, self.max_depth))
         start = _ann.default_band_start(self.ntotal, params) if self.n_tail is None else self.n_tail

@@ -18,8 +18,8 @@ __all__ = ["reweighted_topk", "topk", "weighted_flat_search"]
 # to run at full speed, small enough that a big batch never needs unbounded memory.
 _BLOCK_ELEMENTS = 1 << 22
 _QUERY_BLOCK = 1024
-# Below this many queries a per-query SIMD scan beats BLAS (see _inner_products_small).
-_SMALL_NQ = 8
+# Below this many queries a per-query SIMD scan beats BLAS (see inner_products_small).
+SMALL_NQ = 8
 # Up to this many queries the product is taken as (docs @ q.T) in blocks of _MID_DOC_BLOCK
 # documents; beyond it the transpose costs more than it saves (measured at nq = 1000).
 _MID_NQ = 192
@@ -151,7 +151,7 @@ def reweighted_topk(
     return values, positions
 
 
-def _inner_products_small(q: np.ndarray, docs: np.ndarray) -> np.ndarray:
+def inner_products_small(q: np.ndarray, docs: np.ndarray) -> np.ndarray:
     """``q @ docs.T`` for a few queries with FAISS's SIMD row kernel: BLAS gemv on a (1, d) x (d, n)
     product runs at about half its speed (measured 15 ms vs 41 ms on 100k x 384, one thread)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
@@ -189,7 +189,7 @@ def weighted_flat_search(
         q = queries[q0 : q0 + _QUERY_BLOCK]
         heap, values, positions = _new_heap(q.shape[0], k)
         block = max(1024, _BLOCK_ELEMENTS // q.shape[0])
-        small = q.shape[0] < _SMALL_NQ and unit_vectors.flags.c_contiguous
+        small = q.shape[0] < SMALL_NQ and unit_vectors.flags.c_contiguous
         mid = not small and q.shape[0] <= _MID_NQ
         if mid:
             block = _MID_DOC_BLOCK
@@ -197,7 +197,7 @@ def weighted_flat_search(
         for j0 in range(0, n, block):
             docs = unit_vectors[j0 : j0 + block]
             if small:
-                s = _inner_products_small(q, docs)
+                s = inner_products_small(q, docs)
             elif mid:
                 # (docs @ q.T) runs ~10% faster in OpenBLAS than (q @ docs.T) (measured, 100k x
                 # 384, nq = 100); the transpose back is folded into the weight multiply, in L2.
