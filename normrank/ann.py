@@ -268,10 +268,18 @@ def adaptive_search(
     """
     stats = stats if stats is not None else AnnStats()
     if weights is None:  # cosine: FAISS's own ranking is the answer, already sorted
-        stats.rounds, stats.max_depth = 1, k
-        cos, cand = _search(index, unit_q, k)
-        pos = lookup(cand)
-        return np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos
+        fetch = k
+        while True:
+            stats.rounds, stats.max_depth = stats.rounds + 1, fetch
+            cos, cand = _search(index, unit_q, fetch)
+            pos = lookup(cand)
+            if not ((pos < 0) & (cand >= 0)).any():
+                return np.where(pos >= 0, cos, -np.inf).astype(np.float32)[:, :k], pos[:, :k]
+            # Removed documents (HNSW tombstones) took places: drop them, fetch deeper to refill.
+            s, p = _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
+            if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
+                return s, p
+            fetch = min(2 * fetch, index.ntotal)
     stats.rounds, stats.max_depth = 1, depth
     cos, cand = _search(index, unit_q, depth)
     pos = lookup(cand)

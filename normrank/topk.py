@@ -202,7 +202,10 @@ def weighted_flat_search(
                 # (docs @ q.T) runs ~10% faster in OpenBLAS than (q @ docs.T) (measured, 100k x
                 # 384, nq = 100); the transpose back is folded into the weight multiply, in L2.
                 s = buf[:, : docs.shape[0]]
-                np.multiply((docs @ q.T).T, 1.0 if weights is None else weights[j0 : j0 + block], out=s)
+                if weights is None:
+                    np.copyto(s, (docs @ q.T).T)
+                else:
+                    np.multiply((docs @ q.T).T, weights[j0 : j0 + block], out=s)
             else:
                 s = q @ docs.T
             if weights is not None and not mid:

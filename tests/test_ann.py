@@ -144,6 +144,11 @@ def test_remove_and_custom_ids(data):
     assert not np.isin(got, gone).any()
     ref = ids[keep][brute(x[keep], q, -1.5)]
     assert recall(got, ref) >= 0.99
+    # Cosine too: removed documents never show, the k places are refilled, best first.
+    s, got = idx.search(q, K, alpha=0.0)
+    assert not np.isin(got, gone).any() and (got >= 0).all()
+    assert np.all(np.diff(s, axis=1) <= 0)
+    assert recall(got, ids[keep][brute(x[keep], q, 0.0)]) >= 0.99
 
 
 def test_unseen_bound_sign():
