@@ -11,14 +11,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kill_child import run_and_kill
 
 FULL = os.environ.get("NORMRANK_TEST_PROFILE", "small") == "full"
 KILLS = 50 if FULL else 2
@@ -97,26 +96,9 @@ def _load(kind: str, folder: Path) -> tuple[set[str], float]:
 
 
 def _run(kind: str, folder: Path, version: int, marker: Path, delay: float | None) -> bool:
-    marker.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(PATHS), OMP_NUM_THREADS="1")
     args = [sys.executable, "-c", _CHILD, kind, str(folder), str(version), str(N), str(DIM), str(marker)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout.readline().strip() == "saving", proc.stderr.read()[-3000:]
-        if delay is None:
-            proc.wait(timeout=300)
-            assert proc.returncode == 0, proc.stderr.read()[-3000:]
-            return False
-        time.sleep(delay)
-        proc.kill()
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    return not marker.exists()
+    return run_and_kill(args, env, marker, delay, timeout=300)
 
 
 @pytest.mark.parametrize("kind", ["langchain", "llamaindex"])

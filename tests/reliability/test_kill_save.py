@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kill_child import run_and_kill
 
 from normrank import NormIndex
 
@@ -80,32 +79,9 @@ class Tally:
 def _run_child(mode: str, path: Path, seed: int, marker: Path, delay: float | None) -> bool:
     """Start the child; SIGKILL it ``delay`` s after it starts saving (None: let it finish).
     Returns True when the child was killed before its save returned."""
-    marker.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, mode, str(path), str(seed), str(N), str(DIM), str(marker)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.strip() == "saving", proc.stderr.read()
-        if delay is None:
-            proc.wait(timeout=120)
-            assert proc.returncode == 0, proc.stderr.read()
-            return False
-        time.sleep(delay)
-        proc.kill()  # SIGKILL: no cleanup handlers, no flush
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    return not marker.exists()
+    args = [sys.executable, "-c", _CHILD, mode, str(path), str(seed), str(N), str(DIM), str(marker)]
+    return run_and_kill(args, env, marker, delay, timeout=120)
 
 
 def _check_state(path: Path, candidates: dict[str, tuple[np.ndarray, np.ndarray, float]]) -> str:
