@@ -36,12 +36,14 @@ def real_embeddings(
         except (NormrankError, OSError):
             continue
         qids, qtexts = ds.judged()
-        if not encode_missing:
+        if encode_missing:
+            q, d = embed_dataset(ds, MODEL, cache, encoders, 64, False, None, qids, qtexts)
+        else:  # the same cache entries embed_dataset reads, without encoding on a miss
             key, dkey = model_key(MODEL, None), ds.source or ds.name
-            hit = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text") is not None
-            if not hit or cache.load(key, dkey, f"queries-{ds.split}", qids, "text") is None:
+            d = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text")
+            q = None if d is None else cache.load(key, dkey, f"queries-{ds.split}", qids, "text")
+            if q is None:
                 continue
-        q, d = embed_dataset(ds, MODEL, cache, encoders, 64, False, None, qids, qtexts)
         docs.append(d)
         queries.append(q)
         used.append(name)

@@ -117,19 +117,20 @@ def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np
         return out_s, out_p
     kk = min(k, m)
     if nq == 1:  # one query (the latency case): 1-D calls skip numpy's along-axis machinery
-        row, prow = scores[0], pos[0]
+        row = scores[0]
         part = np.argpartition(-row, kk - 1)[:kk] if m > kk else np.arange(m)
         part = part[np.argsort(-row[part], kind="stable")]
-        ps, pp = row[part], prow[part]
-        ok = np.isfinite(ps) & (pp >= 0)
-        out_s[0, :kk] = np.where(ok, ps, -np.inf)
-        out_p[0, :kk] = np.where(ok, pp, -1)
-        return out_s, out_p
-    part = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if m > kk else np.broadcast_to(np.arange(m), (nq, m))
-    ps = np.take_along_axis(scores, part, 1)
-    order = np.argsort(-ps, axis=1, kind="stable")
-    ps = np.take_along_axis(ps, order, 1)
-    pp = np.take_along_axis(np.take_along_axis(pos, part, 1), order, 1)
+        ps, pp = row[part][None], pos[0][part][None]
+    else:
+        part = (
+            np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+            if m > kk
+            else np.broadcast_to(np.arange(m), (nq, m))
+        )
+        ps = np.take_along_axis(scores, part, 1)
+        order = np.argsort(-ps, axis=1, kind="stable")
+        ps = np.take_along_axis(ps, order, 1)
+        pp = np.take_along_axis(np.take_along_axis(pos, part, 1), order, 1)
     ok = np.isfinite(ps) & (pp >= 0)
     out_s[:, :kk] = np.where(ok, ps, -np.inf)
     out_p[:, :kk] = np.where(ok, pp, -1)
@@ -214,15 +215,15 @@ class WeightOrder:
         self._vectors: np.ndarray | None = None
         self._sorted: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
 
-    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """``(weights, weights in this order, their minimum)``, computed once per weights array
-        (an O(n) pass per search would dominate single-query latency)."""
+    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        """``(weights in this order, their minimum)``, computed once per weights array (an O(n)
+        pass per search would dominate single-query latency)."""
         got = self._sorted.get(id(weights))
-        if got is None or got[0] is not weights:
+        if got is None or got[0] is not weights:  # the id of a freed array can be reused
             if len(self._sorted) >= 8:
                 self._sorted.pop(next(iter(self._sorted)))
             got = self._sorted[id(weights)] = (weights, weights[self.order], float(weights.min()))
-        return got
+        return got[1], got[2]
 
     def vectors(self, stop: int) -> np.ndarray:
         """Unit vectors of the first ``stop`` documents in weight order."""
@@ -291,7 +292,7 @@ def adaptive_search(
         return _select(rescored, pos, k)
 
     n = weights.size
-    _, w_sorted, w_min = order.sorted_weights(weights)
+    w_sorted, w_min = order.sorted_weights(weights)
     c_last = cos[:, min(depth, max(k, trust_depth or depth)) - 1].astype(np.float64)
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
     nq = unit_q.shape[0]
