@@ -9,15 +9,20 @@ Method (chosen by measurement, see benchmarks/results/speed.md): **ANN candidate
 scan in decreasing weight order, stopped by a bound** (norm ranging, Yan et al., NeurIPS 2018,
 with the bands scanned exactly and their size chosen per query).
 
-* Fetch the top ``D`` by cosine from the index (HNSW: its ``efSearch`` beam, which it explores
-  anyway) and re-score ``cos * w`` exactly.
+* Fetch the top ``D`` by cosine from the index (HNSW: a quarter of its ``efSearch`` beam; IVF:
+  a share of what it probes; :func:`default_start`) and re-score ``cos * w`` exactly.
 * Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
-  when ``alpha > 0``) exactly, in chunks that double. After ``t`` of them, a document seen
-  neither way has cosine ``<= c_D`` (the last fetched) and weight ``<= w_(t)`` (the next in
-  weight order), so it scores at most ``c_D * w_(t)`` (``c_D * w_min`` when ``c_D < 0``). Once the
-  k-th score reaches that bound the query stops; at worst every document is scanned (exact).
+  when ``alpha > 0``) exactly. After ``t`` of them, a document seen neither way has cosine
+  ``<= c_T`` (the cosine at a trusted rank ``T <= D``, :func:`default_trust_depth`) and weight
+  ``<= w_(t)`` (the next in weight order), so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
+  when ``c_T < 0``). Once the k-th score reaches that bound the query stops; at worst every
+  document is scanned (exact).
+* How far to scan is read off the bound: the first ``t`` with ``c_T * w_(t) <= k-th score`` (a
+  binary search in the sorted weights). A query scans a first chunk, which can raise its k-th
+  score, then jumps to the ``t`` its new k-th score needs; it never scans past it. A batch grows
+  its chunks by doubling instead, so that one deep query does not drag the others along.
 
-"Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``D``,
+"Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
 as any re-ranking of ANN output must. Weighted documents are found however deep they sit in
 the cosine ranking, which over-fetching cannot do.
 """
@@ -40,12 +45,12 @@ __all__ = [
     "default_band_start",
     "default_start",
     "default_trust_depth",
+    "scan_needed",
     "unseen_bound",
 ]
 
-# The weight-order scan grows by this factor per round: a query scans at most twice what its
-# bound needed (x4 measured slower for single queries too: the scan's memory traffic, not the
-# ~50 us of a round, dominates once a few thousand vectors are read).
+# A batch's weight-order scan grows by this factor per round, and never past what its deepest
+# open query needs: a batch scans at most twice what its bound needed.
 _GROWTH = 2
 
 
@@ -86,6 +91,33 @@ def unseen_bound(c_last: np.ndarray, w_max: float, w_min: float) -> np.ndarray:
     return np.where(c_last >= 0, c_last * w_max, c_last * w_min)
 
 
+def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: float) -> np.ndarray:
+    """How many documents, in decreasing weight order, a query must scan before no unseen one
+    can beat its k-th score ``kth``: the first ``t`` with ``c_last * w_(t) <= kth`` (a binary
+    search in ``neg_w``, the negated sorted weights); with ``c_last <= 0`` the bound
+    ``c_last * w_min`` does not shrink as the scan goes, so it is 0 or all ``n``."""
+    n = neg_w.size
+    kth = kth.astype(np.float64)
+    need = np.where(kth >= c_last * w_min, 0, n)
+    up = c_last > 0
+    if up.any():
+        need[up] = np.searchsorted(neg_w, -(kth[up] / c_last[up]), side="left")
+    return need
+
+
+def _merge(
+    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_pos: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates. One query keeps only the
+    chunk scores above its k-th before selecting (usually a handful of thousands)."""
+    if chunk.shape[0] == 1:
+        keep = np.flatnonzero(chunk[0] > s[0, -1])
+        if not keep.size:
+            return s, p
+        chunk, chunk_pos = chunk[:, keep], chunk_pos[:, keep]
+    return _select(np.concatenate([s, chunk], axis=1), np.concatenate([p, chunk_pos], axis=1), k)
+
+
 def ann_params(index: faiss.Index) -> dict[str, int]:
     """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index."""
     inner = (
@@ -96,6 +128,7 @@ def ann_params(index: faiss.Index) -> dict[str, int]:
     out: dict[str, int] = {}
     if isinstance(inner, faiss.IndexHNSW):
         out["efSearch"] = int(inner.hnsw.efSearch)
+        return out  # (asking FAISS for an IVF inside raises, which costs ~10 us a query)
     try:
         ivf = faiss.extract_index_ivf(inner)
     except RuntimeError:
@@ -137,10 +170,12 @@ def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np
     return out_s, out_p
 
 
-def _search(index: faiss.Index, q: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+def _search(
+    index: faiss.Index, q: np.ndarray, depth: int, params: dict[str, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``index.search`` at ``depth``; HNSW's beam is widened to ``depth`` (FAISS would return
     fewer than ``depth`` results when ``efSearch < depth``), never narrowed."""
-    ef = ann_params(index).get("efSearch")
+    ef = (ann_params(index) if params is None else params).get("efSearch")
     if ef is not None and depth > ef:
         return index.search(q, depth, params=faiss.SearchParametersHNSW(efSearch=depth))
     return index.search(q, depth)
@@ -169,13 +204,17 @@ def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
 
 
 def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> int:
-    """Cosine depth fetched: HNSW explores ``efSearch`` candidates anyway. An IVF scan costs about
-    the same at any depth, and a deeper cosine cut tightens the bound, so IVF fetches 4 x deeper
-    and at least 1/64 of the documents it probes (measured on 1M MiniLM-like vectors, nprobe
-    500 of 4000, alpha = 0.5, nq = 100: 2.24x plain latency at depth 400, 1.45x at 2000; on 27k
-    real ones, probing 13k, depth 400 stays best)."""
+    """Cosine depth fetched. HNSW explores its ``efSearch`` beam anyway, but candidates past the
+    trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and returning
+    and re-scoring the whole beam costs more than that saves: HNSW fetches a quarter of it
+    (27k real MiniLM embeddings, efSearch 512, alpha = 1, 300 single queries: 1.77x plain
+    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs about the same at
+    any depth, and a deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
+    least 1/64 of the documents it probes (1M MiniLM-like vectors, nprobe 500 of 4000,
+    alpha = 0.5, nq = 100: 2.24x plain latency at depth 400, 1.45x at 2000; on 27k real ones,
+    probing 13k, depth 400 stays best)."""
     if "efSearch" in params:
-        return max(k * k_factor, params["efSearch"])
+        return max(k * k_factor, params["efSearch"] // 4)
     if "nprobe" in params:
         probed = n * params["nprobe"] // max(params.get("nlist", 1), 1)
         return max(4 * k * k_factor, probed // 64)
@@ -185,15 +224,22 @@ def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> 
 def default_trust_depth(depth: int, params: dict[str, int]) -> int:
     """Rank down to which the index's cosine ranking is trusted by the bound.
 
-    IVF ranks every document of its probed lists exactly, so its whole depth is trusted (its
-    misses sit in unprobed lists, at any rank). A graph's beam is least sure of its last
-    candidates: for HNSW the bound uses the cosine at a quarter of the depth, and a document
-    missed beyond it is caught by the weight-order scan. Measured at nq = 100, efSearch 256
-    (benchmarks/results/speed.md): on 20k MiniLM-like vectors at alpha = 0.5, recall 0.989 /
-    0.994 trusting half / a quarter of the beam (1.21x / 1.46x plain latency); on 27k real ones
-    at alpha = 0.25, 0.987 / 0.990, the index's own recall at alpha = 0 being 0.990.
+    An ANN index is least sure of its deepest candidates: the further a document is from the
+    query, the likelier it sits in an unprobed IVF list or off a graph's beam, and norm
+    weighting lifts exactly such documents. So the bound uses the cosine at a rank well inside
+    what was fetched (IVF: a quarter of the depth; HNSW: an eighth of ``efSearch``), and a
+    document the index missed above it is caught by the weight-order scan if its weight put it
+    there. Measured (benchmarks/results/speed.md), recall at alpha = 0.5:
+
+    * IVF, 100k MiniLM-like vectors, nprobe = nlist/4, depth 400, 100 single queries: 0.989 /
+      0.990 / 0.996 trusting rank 400 / 200 / 100, at 1.29x / 1.53x / 1.72x plain latency
+      (plain cosine recall 0.997);
+    * HNSW, 27k real MiniLM embeddings, efSearch 512, 300 single queries: 0.995 / 0.999
+      trusting rank 128 / 64, at 1.60x / 1.64x (plain cosine recall 0.997).
     """
-    return max(1, depth // 4) if "efSearch" in params else depth
+    if "efSearch" in params:
+        return max(1, min(depth, params["efSearch"] // 8))
+    return max(1, depth // 4) if "nprobe" in params else depth
 
 
 class WeightOrder:
@@ -213,17 +259,24 @@ class WeightOrder:
         self.rank[self.order] = np.arange(self.order.size)
         self._fetch = fetch
         self._vectors: np.ndarray | None = None
-        self._sorted: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._sorted: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
 
-    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
-        """``(weights in this order, their minimum)``, computed once per weights array (an O(n)
-        pass per search would dominate single-query latency)."""
+    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(weights in this order, their negatives as float64, their minimum)``, computed once
+        per weights array (an O(n) pass per search would dominate single-query latency). The
+        negated copy is ascending, for :func:`scan_needed`'s binary search."""
         got = self._sorted.get(id(weights))
         if got is None or got[0] is not weights:  # the id of a freed array can be reused
             if len(self._sorted) >= 8:
                 self._sorted.pop(next(iter(self._sorted)))
-            got = self._sorted[id(weights)] = (weights, weights[self.order], float(weights.min()))
-        return got[1], got[2]
+            w_sorted = weights[self.order]
+            got = self._sorted[id(weights)] = (
+                weights,
+                w_sorted,
+                -w_sorted.astype(np.float64),
+                float(weights.min()),
+            )
+        return got[1], got[2], got[3]
 
     def vectors(self, stop: int) -> np.ndarray:
         """Unit vectors of the first ``stop`` documents in weight order."""
@@ -246,6 +299,7 @@ def adaptive_search(
     order: WeightOrder | None = None,
     band_start: int = 0,
     trust_depth: int | None = None,
+    params: dict[str, int] | None = None,
     stats: AnnStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` of ``cos * weights`` through the ANN ``index`` (method in the module docstring).
@@ -262,18 +316,22 @@ def adaptive_search(
         band_start: first chunk of the weight-order scan.
         trust_depth: the rank whose cosine bounds unseen documents (default ``depth``); see
             :func:`default_trust_depth`.
+        params: :func:`ann_params` of ``index``, when the caller has them already.
         stats: filled with rounds / depth / scanned counts when given.
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
     """
     stats = stats if stats is not None else AnnStats()
+    params = ann_params(index) if params is None else params
     if weights is None:  # cosine: FAISS's own ranking is the answer, already sorted
         fetch = k
         while True:
             stats.rounds, stats.max_depth = stats.rounds + 1, fetch
-            cos, cand = _search(index, unit_q, fetch)
+            cos, cand = _search(index, unit_q, fetch, params)
             pos = lookup(cand)
+            if (pos >= 0).all():
+                return cos[:, :k], pos[:, :k]
             if not ((pos < 0) & (cand >= 0)).any():
                 return np.where(pos >= 0, cos, -np.inf).astype(np.float32)[:, :k], pos[:, :k]
             # Removed documents (HNSW tombstones) took places: drop them, fetch deeper to refill.
@@ -282,55 +340,45 @@ def adaptive_search(
                 return s, p
             fetch = min(2 * fetch, index.ntotal)
     stats.rounds, stats.max_depth = 1, depth
-    cos, cand = _search(index, unit_q, depth)
+    cos, cand = _search(index, unit_q, depth, params)
     pos = lookup(cand)
     valid = pos >= 0
     safe = np.maximum(pos, 0)
     # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
+    top_s, top_p = _select(rescored, pos, k)
     if order is None:
-        return _select(rescored, pos, k)
+        return top_s, top_p
 
     n = weights.size
-    w_sorted, w_min = order.sorted_weights(weights)
+    w_sorted, neg_w, w_min = order.sorted_weights(weights)
     c_last = cos[:, min(depth, max(k, trust_depth or depth)) - 1].astype(np.float64)
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
+    # Weight rank of each candidate: a candidate met again in the scan must not count twice.
+    cand_rank = np.where(valid, order.rank[safe], n)
     nq = unit_q.shape[0]
-    out_s = np.full((nq, k), -np.inf, dtype=np.float32)
-    out_p = np.full((nq, k), -1, dtype=np.int64)
-    band_s = band_p = None  # best of the weight-order scan so far, for the open queries
     active = np.arange(nq)
-    scanned, stop = 0, min(n, max(band_start, k))
+    scanned = 0
     while True:
-        # Scan weight-order documents [scanned, stop) exactly for the open queries.
+        need = scan_needed(top_s[active, -1], c_last[active], neg_w, w_min)
+        done = (need <= scanned) | exhausted[active]
+        active, need = active[~done], need[~done]
+        if not active.size:
+            return top_s, top_p
+        # One query jumps straight to what its bound needs after a first chunk; a batch grows
+        # its chunks (x2) so that a few deep queries do not make every query scan deep.
+        cap = band_start if scanned == 0 else (n if active.size == 1 else _GROWTH * scanned)
+        stop = int(min(n, need.max(), max(cap, k, scanned + 1)))
         q = unit_q if active.size == nq else unit_q[active]
         vecs = order.vectors(stop)[scanned:stop]
         # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product (topk.py).
         cos_chunk = inner_products_small(q, vecs) if q.shape[0] < SMALL_NQ else q @ vecs.T
-        chunk = cos_chunk * w_sorted[scanned:stop]
+        chunk = (cos_chunk * w_sorted[scanned:stop]).astype(np.float32, copy=False)
+        seen = (cand_rank[active] >= scanned) & (cand_rank[active] < stop)
+        rows, cols = np.nonzero(seen)
+        chunk[rows, cand_rank[active][rows, cols] - scanned] = -np.inf
         chunk_pos = np.broadcast_to(order.order[scanned:stop], chunk.shape)
-        if band_s is not None:
-            chunk = np.concatenate([band_s, chunk], axis=1)
-            chunk_pos = np.concatenate([band_p, chunk_pos], axis=1)
+        top_s[active], top_p[active] = _merge(top_s[active], top_p[active], chunk, chunk_pos, k)
         scanned = stop
-        stats.max_scanned = max(stats.max_scanned, scanned)
-        # Candidates already scanned in weight order are in `chunk`: drop their second copy.
-        fresh = valid[active] & (order.rank[safe[active]] >= scanned)
-        s, p = _select(
-            np.concatenate([np.where(fresh, rescored[active], -np.inf), chunk], axis=1).astype(np.float32),
-            np.concatenate([pos[active], chunk_pos], axis=1),
-            k,
-        )
-        if scanned < n:
-            bound = unseen_bound(c_last[active], float(w_sorted[scanned]), w_min)
-            done = (s[:, -1] >= bound) | exhausted[active]
-        else:  # every document scanned: exact
-            done = np.ones(active.size, dtype=bool)
-        out_s[active[done]], out_p[active[done]] = s[done], p[done]
-        if done.all():
-            return out_s, out_p
-        open_ = ~done
-        band_s, band_p = _select(chunk[open_].astype(np.float32), chunk_pos[open_], k)
-        active = active[open_]
         stats.rounds += 1
-        stop = min(n, _GROWTH * scanned)
+        stats.max_scanned = max(stats.max_scanned, scanned)

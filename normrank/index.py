@@ -147,6 +147,8 @@ class NormIndex:
         if not hasattr(self, "ann"):  # search options survive reset(); defaults for other paths
             self.ann, self.n_tail, self.max_depth, self.device = "adaptive", None, None, None
         self._index = index
+        # The index inside the id map, downcast once (each downcast costs microseconds a query).
+        self._inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
         self.factory = factory
         self._lock = threading.RLock()
         self._ids = np.empty(0, dtype=np.int64)
@@ -414,9 +416,10 @@ class NormIndex:
         with self._lock:
             if self.ntotal == 0:
                 return scores, ids
-            flat = _flat_inner(self._index)
-            for a in np.unique(alphas):
-                rows = np.flatnonzero(alphas == a)
+            flat = self._inner if isinstance(self._inner, faiss.IndexFlat) else None
+            uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
+            for a in alphas[:1] if uniform else np.unique(alphas):
+                rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
                 if flat is not None:  # the flat kernel blocks queries and documents itself
                     s, pos = self._search_flat(flat, unit_q[rows], k, float(a))
                     scores[rows] = s
@@ -456,7 +459,7 @@ class NormIndex:
                 self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
                 depth=min(n_all, k * factor),
             )  # fmt: skip
-        params = _ann.ann_params(self._index)
+        params = _ann.ann_params(self._inner)
         depth = min(n_all, _ann.default_start(k, factor, params, n_all))
         if self.max_depth is not None:
             depth = min(depth, max(k, self.max_depth))
@@ -464,7 +467,7 @@ class NormIndex:
         return _ann.adaptive_search(
             self._index, unit_q, k, weights, lookup,
             depth=depth, order=self._weight_order(alpha), band_start=start,
-            trust_depth=_ann.default_trust_depth(depth, params),
+            trust_depth=_ann.default_trust_depth(depth, params), params=params,
         )  # fmt: skip
 
     def _ones(self) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from normrank import NormIndex
-from normrank.ann import AnnStats, IdLookup, adaptive_search, unseen_bound
+from normrank.ann import AnnStats, IdLookup, adaptive_search, scan_needed, unseen_bound
 from normrank.errors import InvalidParameterError
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
@@ -76,12 +76,17 @@ def test_bound_is_exact_when_the_index_is(data, alpha):
     """IVF probing every list returns the true cosine ranking, so the stopping bound is a proof:
     the result must equal brute force exactly, however deep the winners sit by cosine."""
     x, q = data
-    idx = NormIndex(x.shape[1], factory="IVF16,Flat")
-    idx.train(x)
-    faiss.extract_index_ivf(idx.faiss_index).nprobe = 16
-    idx.add(x)
-    _, ids = idx.search(q, K, alpha=alpha)
-    np.testing.assert_array_equal(ids, brute(x, q, alpha))
+    ref = brute(x, q, alpha)
+    # max_depth = K: a shallow cosine cut, so the weight-order scan does most of the work.
+    for max_depth in (None, K):
+        idx = NormIndex(x.shape[1], factory="IVF16,Flat", max_depth=max_depth)
+        idx.train(x)
+        faiss.extract_index_ivf(idx.faiss_index).nprobe = 16
+        idx.add(x)
+        _, ids = idx.search(q, K, alpha=alpha)  # a batch grows its scan by doubling
+        np.testing.assert_array_equal(ids, ref)
+        one_by_one = np.vstack([idx.search(q[i], K, alpha=alpha)[1] for i in range(q.shape[0])])
+        np.testing.assert_array_equal(one_by_one, ref)  # one query jumps to what its bound needs
 
 
 def test_weight_order_scan_runs_to_the_end_when_needed():
@@ -149,6 +154,30 @@ def test_remove_and_custom_ids(data):
     assert not np.isin(got, gone).any() and (got >= 0).all()
     assert np.all(np.diff(s, axis=1) <= 0)
     assert recall(got, ids[keep][brute(x[keep], q, 0.0)]) >= 0.99
+
+
+def test_scan_needed_is_where_the_bound_first_holds():
+    """The binary search stops where walking the weight order would: the bound holds at ``need``
+    and not just before it (up to float rounding, as the search divides where the bound
+    multiplies)."""
+    rng = np.random.default_rng(3)
+    w = np.sort(rng.lognormal(0, 0.6, 300).astype(np.float32))[::-1]
+    w[100:110] = w[100]  # equal weights
+    kth = rng.normal(0, 1.5, 400)
+    c_last = np.concatenate([rng.uniform(-1, 1, 398), [0.0, 1.0]])
+    kth[:50] = c_last[:50] * w[rng.integers(0, 300, 50)]  # kth exactly on a bound
+    need = scan_needed(kth, c_last, -w.astype(np.float64), float(w.min()))
+
+    def bound(i: int, t: int) -> float:
+        return float(unseen_bound(np.array(c_last[i]), float(w[t]), float(w.min())))
+
+    for i in range(kth.size):
+        slack = 1e-6 * abs(kth[i])
+        if need[i] < w.size:
+            assert kth[i] >= bound(i, need[i]) - slack
+        if need[i] > 0:
+            assert kth[i] < bound(i, need[i] - 1) + slack
+    assert (need == 0).any() and (need == w.size).any() and ((need > 0) & (need < w.size)).any()
 
 
 def test_unseen_bound_sign():

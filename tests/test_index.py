@@ -34,18 +34,19 @@ ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
     alpha=st.floats(-2.0, 1.0, allow_nan=False),
     seed=st.integers(0, 2**31 - 1),
     custom_ids=st.booleans(),
+    nq=st.sampled_from([1, 7, 8, 50, 193]),  # each of the flat kernel's three query paths
 )
-def test_search_equals_numpy_brute_force(dim, n, k, alpha, seed, custom_ids):
+def test_search_equals_numpy_brute_force(dim, n, k, alpha, seed, custom_ids, nq):
     rng = np.random.default_rng(seed)
     x = (rng.normal(size=(n, dim)) * rng.lognormal(0, 0.7, size=(n, 1))).astype(np.float32)
     x[np.linalg.norm(x, axis=1) < 1e-3] += 1.0
-    q = rng.normal(size=(7, dim)).astype(np.float32) + 0.01
+    q = rng.normal(size=(nq, dim)).astype(np.float32) + 0.01
     ids = rng.choice(10 * n + 5, size=n, replace=False).astype(np.int64) if custom_ids else None
     index = NormIndex(dim, alpha=alpha)
     index.add(x, ids)
     got_s, got_i = index.search(q, k)
     ref, ref_ids = brute_force(x, q, alpha, ids)
-    assert got_s.dtype == np.float32 and got_i.dtype == np.int64 and got_s.shape == (7, k)
+    assert got_s.dtype == np.float32 and got_i.dtype == np.int64 and got_s.shape == (nq, k)
     assert_same_topk(ref, ref_ids, got_s, got_i, k, tol=2e-5)
 
 
@@ -55,9 +56,10 @@ def test_done_when_20k_clustered(rng):
     index = NormIndex(64)
     index.add(x)
     for a in ALPHAS:
-        s, i = index.search(q, 10, alpha=a)
-        ref, ids = brute_force(x, q, a)
-        assert_same_topk(ref, ids, s, i, 10)
+        for qs in (q, q[:100], q[:3]):  # the flat kernel's three paths, over many document blocks
+            s, i = index.search(qs, 10, alpha=a)
+            ref, ids = brute_force(x, qs, a)
+            assert_same_topk(ref, ids, s, i, 10)
 
 
 def test_alpha_zero_is_faiss_cosine_and_alpha_one_is_faiss_dot(rng):
