@@ -44,6 +44,29 @@ def test_same_top10_as_normindex(pair, alpha):
     np.testing.assert_allclose(s, rs, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_band_widens_until_the_bound_holds(pair, alpha, monkeypatch):
+    """A shallow prefetch and a tiny first band: the bound fails, the band is widened to where
+    it holds (a count query), and the answer is still NormIndex's exact top-10."""
+    _, ref, q = pair
+    x, _ = clustered(700, 8, d=16, seed=3)  # the fixture's documents
+    qmod = pytest.importorskip("normrank.backends.qdrant")
+    client = qdrant_client.QdrantClient(":memory:")
+    qi = qmod.QdrantNormIndex(dim=16, client=client, collection="d", k_factor=5, n_tail=2)
+    qi.add(x, ref.ids)
+    widened = []
+    size = qmod.QdrantNormIndex._band_size
+    monkeypatch.setattr(
+        qmod.QdrantNormIndex, "_band_size", lambda self, t, a: widened.append(t) or size(self, t, a)
+    )
+    s, ids = qi.search(q, 10, alpha=alpha)
+    rs, rids = ref.search(q, 10, alpha=alpha)
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_allclose(s, rs, rtol=1e-5, atol=1e-6)
+    # Widened where needed, and once: the edge read off the bound is where it holds.
+    assert q.shape[0] // 2 <= len(widened) <= q.shape[0]
+
+
 def test_per_query_alpha(pair):
     qi, ref, q = pair
     alphas = np.linspace(-1.5, 1.0, q.shape[0])

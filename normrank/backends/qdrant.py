@@ -2,12 +2,14 @@
 
 Unit vectors live in a cosine collection and the raw norm in each point's payload (``"norm"``).
 A search is one Qdrant query per query vector: prefetch cosine candidates, then a
-``FormulaQuery`` computes ``$score * norm**alpha`` on the server. The prefetch depth is chosen
-as for FAISS (:mod:`normrank.ann`): the extreme-weight "tail" (the ``n_tail`` lowest norms for
-``alpha < 0``, highest for ``alpha > 0``) is a second, filtered prefetch that Qdrant scans
-exactly, and the main prefetch depth grows until the k-th score beats the bound on anything
-not fetched. The same code runs on local mode (``QdrantClient(":memory:")``, which evaluates
-formula queries itself) and on a cluster by URL; see docs/qdrant.md.
+``FormulaQuery`` computes ``$score * norm**alpha`` on the server. Which points to prefetch
+follows :mod:`normrank.ann`: a band of extreme norms on the side alpha favours (the lowest for
+``alpha < 0``, the highest for ``alpha > 0``) is prefetched whole, with the ``k * k_factor``
+best cosines of the rest. The first band is the cached ``n_tail`` extremes; when the k-th score
+does not beat the bound on everything else (last cosine of the rest times the largest weight
+outside the band), the band edge is read off the bound, the band is counted, and the query runs
+once more with it. The same code runs on local mode (``QdrantClient(":memory:")``, which
+evaluates formula queries itself) and on a cluster by URL; see docs/qdrant.md.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ __all__ = ["QdrantNormIndex"]
 
 _NORM = "norm"
 _UPSERT_BATCH = 512
-_GROWTH = 4
 
 
 def _models() -> Any:
@@ -47,8 +48,9 @@ class QdrantNormIndex:
         alpha: default exponent (``search(..., alpha=)`` overrides it, per query if wanted).
         client: a ``qdrant_client.QdrantClient`` (local mode or a server/cluster URL).
         collection: collection name; created (cosine, ``dim``) if it does not exist.
-        k_factor: first prefetch depth is ``k * k_factor``.
-        n_tail: size of the exactly-scanned extreme-weight band (default ~1% of the points, <= 2048).
+        k_factor: the cosine prefetch outside the band is ``k * k_factor`` deep.
+        n_tail: size of the first extreme-norm band, prefetched whole (default ~1% of the
+            points, <= 2048); widened per query where the bound needs it.
         shard_number / replication_factor: passed to ``create_collection`` for a new collection.
 
     ``search`` returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
@@ -183,19 +185,20 @@ class QdrantNormIndex:
 
     # -- search -------------------------------------------------------------------------------
 
-    def _request(self, q: np.ndarray, k: int, alpha: float, depth: int, st: dict[str, float]) -> Any:
+    def _request(self, q: np.ndarray, k: int, alpha: float, depth: int, tau: float, band: int) -> Any:
+        """One query: the band (norms beyond ``tau`` on the side alpha favours, ``band`` points,
+        all of them) and the ``depth`` best cosines among the rest, scored by the formula."""
         m = _models()
         vec = q.tolist()
         if alpha == 0:
             return m.QueryRequest(query=vec, limit=k, with_payload=[_NORM])
         prefetch = []
-        if st["tail"]:
-            # Disjoint ranges: the tail band [< t_lo] or [> t_hi] and the rest; one cosine each.
-            rng_tail = m.Range(lt=st["t_lo"]) if alpha < 0 else m.Range(gt=st["t_hi"])
-            rng_rest = m.Range(gte=st["t_lo"]) if alpha < 0 else m.Range(lte=st["t_hi"])
+        if band:
+            # Disjoint ranges, so that no point is counted by both prefetches.
+            rng_band = m.Range(gt=tau) if alpha > 0 else m.Range(lt=tau)
+            rng_rest = m.Range(lte=tau) if alpha > 0 else m.Range(gte=tau)
             prefetch.append(m.Prefetch(query=vec, limit=depth, filter=self._range(rng_rest)))
-            # The whole tail: within it weights vary too much for a cosine cut-off to be safe.
-            prefetch.append(m.Prefetch(query=vec, limit=int(st["tail"]), filter=self._range(rng_tail)))
+            prefetch.append(m.Prefetch(query=vec, limit=band, filter=self._range(rng_band)))
         else:
             prefetch.append(m.Prefetch(query=vec, limit=depth))
         cos = m.SumExpression(sum=[f"$score[{i}]" for i in range(len(prefetch))])
@@ -204,7 +207,7 @@ class QdrantNormIndex:
         return m.QueryRequest(
             prefetch=prefetch,
             query=m.FormulaQuery(formula=formula, defaults=defaults),
-            limit=depth + int(st["tail"]),
+            limit=depth + band,
             with_payload=[_NORM],
         )
 
@@ -212,6 +215,11 @@ class QdrantNormIndex:
     def _range(r: Any) -> Any:
         m = _models()
         return m.Filter(must=[m.FieldCondition(key=_NORM, range=r)])
+
+    def _band_size(self, tau: float, alpha: float) -> int:
+        m = _models()
+        rng = m.Range(gt=tau) if alpha > 0 else m.Range(lt=tau)
+        return int(self.client.count(self.collection, count_filter=self._range(rng), exact=True).count)
 
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
@@ -229,11 +237,16 @@ class QdrantNormIndex:
         st = self._norm_stats()
         if st["n"] == 0:
             return scores, ids
-        n_rest = st["n"] - st["tail"]
-        depth = np.full(nq, min(n_rest, k * self.k_factor), dtype=np.int64)
+        depth = min(st["n"], k * self.k_factor)
+        # The first band is the cached tail; a query whose bound does not hold widens it once.
+        tau = np.where(alphas < 0, st["t_lo"], st["t_hi"])
+        band = np.full(nq, st["tail"], dtype=np.int64)
         active = np.arange(nq)
         while active.size:
-            reqs = [self._request(unit_q[i], k, float(alphas[i]), int(depth[i]), st) for i in active]
+            reqs = [
+                self._request(unit_q[i], k, float(alphas[i]), depth, float(tau[i]), int(band[i]))
+                for i in active
+            ]
             try:
                 results = self.client.query_batch_points(self.collection, requests=reqs)
             except Exception as e:
@@ -245,30 +258,41 @@ class QdrantNormIndex:
                 got = pts[:k]
                 scores[i, : len(got)] = [p.score for p in got]
                 ids[i, : len(got)] = [int(p.id) for p in got]
-                if a == 0 or self._proven(pts, k, a, int(depth[i]), n_rest, st):
-                    continue
-                depth[i] = min(n_rest, depth[i] * _GROWTH)
-                still.append(i)
+                wider = (
+                    None if a == 0 else self._band_needed(pts, k, a, depth, float(tau[i]), int(band[i]), st)
+                )
+                if wider is not None:
+                    tau[i], band[i] = wider, self._band_size(wider, a)
+                    still.append(i)
             active = np.array(still, dtype=np.int64)
         return scores, ids
 
     @staticmethod
-    def _proven(pts: list, k: int, alpha: float, depth: int, n_rest: int, st: dict[str, float]) -> bool:
-        """Whether nothing outside the fetched candidates can enter the top-k (see normrank.ann)."""
-        if depth >= n_rest:
-            return True
+    def _band_needed(
+        pts: list, k: int, alpha: float, depth: int, tau: float, band: int, st: dict[str, float]
+    ) -> float | None:
+        """None when nothing outside the fetched points can enter the top-k (the bound of
+        :mod:`normrank.ann`); otherwise the band edge at which it would hold.
+
+        A point outside the band has weight at most ``tau**alpha`` and, when not fetched, cosine
+        at most ``c_last``, the last fetched from the rest. The band edge that bounds the rest
+        by the k-th score is ``(kth / c_last) ** (1 / alpha)``, for either sign of alpha."""
         norms = np.array([p.payload[_NORM] for p in pts], dtype=np.float64)
         s = np.array([p.score for p in pts], dtype=np.float64)
-        if st["tail"]:
-            rest = norms >= st["t_lo"] if alpha < 0 else norms <= st["t_hi"]
-            w_hi = (st["t_lo"] if alpha < 0 else st["t_hi"]) ** alpha
-        else:
-            rest = np.ones(norms.size, dtype=bool)
-            w_hi = max(st["min"] ** alpha, st["max"] ** alpha)
+        rest = (norms <= tau if alpha > 0 else norms >= tau) if band else np.ones(norms.size, dtype=bool)
+        if rest.sum() < depth:  # the rest had fewer points than asked for: all were fetched
+            return None
+        w_edge = tau**alpha  # with no band, tau is the extreme norm: the largest weight
         w_lo = min(st["min"] ** alpha, st["max"] ** alpha)
-        if rest.sum() < depth:  # fewer candidates than asked for: the collection is exhausted
-            return True
         c_last = float(np.min(s[rest] / norms[rest] ** alpha))
         kth = s[k - 1] if len(pts) >= k else -np.inf
         # Scores come back as float32: allow for their rounding.
-        return bool(kth >= unseen_bound(np.array(c_last), w_hi, w_lo) + 1e-6 * abs(kth))
+        if kth >= unseen_bound(np.array(c_last), w_edge, w_lo) + 1e-6 * abs(kth):
+            return None
+        everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
+        if c_last <= 0 or kth <= 0:  # the bound cannot shrink: every point goes in the band
+            return everything
+        # A hair further out than the bound needs, against float rounding.
+        edge = (kth / c_last) ** (1 / alpha) * (1 - 1e-6 if alpha > 0 else 1 + 1e-6)
+        moved_out = edge < tau if alpha > 0 else edge > tau
+        return edge if moved_out else everything
