@@ -108,8 +108,8 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
 def _merge(
     s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_pos: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates. One query keeps only the
-    chunk scores above its k-th before selecting (usually a handful of thousands)."""
+    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates. For one query only the
+    chunk scores above its k-th are selected from (usually a handful out of thousands)."""
     if chunk.shape[0] == 1:
         keep = np.flatnonzero(chunk[0] > s[0, -1])
         if not keep.size:

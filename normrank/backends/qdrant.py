@@ -194,9 +194,7 @@ class QdrantNormIndex:
             return m.QueryRequest(query=vec, limit=k, with_payload=[_NORM])
         prefetch = []
         if band:
-            # Disjoint ranges, so that no point is counted by both prefetches.
-            rng_band = m.Range(gt=tau) if alpha > 0 else m.Range(lt=tau)
-            rng_rest = m.Range(lte=tau) if alpha > 0 else m.Range(gte=tau)
+            rng_band, rng_rest = self._ranges(tau, alpha)
             prefetch.append(m.Prefetch(query=vec, limit=depth, filter=self._range(rng_rest)))
             prefetch.append(m.Prefetch(query=vec, limit=band, filter=self._range(rng_band)))
         else:
@@ -216,10 +214,16 @@ class QdrantNormIndex:
         m = _models()
         return m.Filter(must=[m.FieldCondition(key=_NORM, range=r)])
 
-    def _band_size(self, tau: float, alpha: float) -> int:
+    @staticmethod
+    def _ranges(tau: float, alpha: float) -> tuple[Any, Any]:
+        """``(band, rest)`` norm ranges: beyond ``tau`` on the side alpha favours, and the others.
+        Disjoint, so that no point is counted by both prefetches."""
         m = _models()
-        rng = m.Range(gt=tau) if alpha > 0 else m.Range(lt=tau)
-        return int(self.client.count(self.collection, count_filter=self._range(rng), exact=True).count)
+        return (m.Range(gt=tau), m.Range(lte=tau)) if alpha > 0 else (m.Range(lt=tau), m.Range(gte=tau))
+
+    def _band_size(self, tau: float, alpha: float) -> int:
+        band = self._range(self._ranges(tau, alpha)[0])
+        return int(self.client.count(self.collection, count_filter=band, exact=True).count)
 
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
