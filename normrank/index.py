@@ -53,12 +53,6 @@ def _with_ids(index: faiss.Index) -> faiss.Index:
     return faiss.IndexIDMap2(index)
 
 
-def _flat_inner(index: faiss.Index) -> faiss.IndexFlat | None:
-    """The IndexFlat whose rows align with insertion order, or None for ANN indexes."""
-    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else None
-    return inner if isinstance(inner, faiss.IndexFlat) else None
-
-
 class NormIndex:
     """Exact norm-aware search over a FAISS index: ``score(q, d) = cos(q, d) * ||d||**alpha``.
 
@@ -148,6 +142,7 @@ class NormIndex:
             self.ann, self.n_tail, self.max_depth, self.device = "adaptive", None, None, None
         self._index = index
         # The index inside the id map, downcast once (each downcast costs microseconds a query).
+        # An IndexFlat here is exact storage whose rows align with insertion order.
         self._inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
         self.factory = factory
         self._lock = threading.RLock()
@@ -209,7 +204,7 @@ class NormIndex:
     @property
     def is_exact(self) -> bool:
         """True when search ranks exactly (flat storage); False for ANN indexes."""
-        return _flat_inner(self._index) is not None
+        return isinstance(self._inner, faiss.IndexFlat)
 
     @property
     def is_trained(self) -> bool:
