@@ -4,24 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from normrank.errors import MissingDependencyError
+from normrank.store import encode_texts, load_normrank_encoder
 
 __all__ = ["NormRankEmbedding"]
-
-
-def load_normrank_encoder(name_or_path: str) -> Any:
-    """``normrank.encoders.load_encoder(name_or_path)``, imported lazily (it pulls in torch)."""
-    try:
-        from normrank.encoders import load_encoder
-    except ImportError as e:
-        raise MissingDependencyError(
-            "normrank's encoders need the model extras: pip install 'normrank[models]'"
-        ) from e
-    return load_encoder(name_or_path)
 
 
 class NormRankEmbedding(BaseEmbedding):
@@ -49,22 +37,14 @@ class NormRankEmbedding(BaseEmbedding):
             self._encoder = load_normrank_encoder(self.model_name)
         return self._encoder
 
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        out = np.asarray(
-            self.encoder.encode(list(texts), batch_size=self.encode_batch_size), dtype=np.float32
-        )
-        return out.reshape(len(texts), -1).tolist()
-
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._encode([query])[0]
+        return encode_texts(self.encoder, [query], self.encode_batch_size)[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._get_query_embedding(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        return self._encode([text])[0]
+        return encode_texts(self.encoder, [text], self.encode_batch_size)[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return self._encode(texts)
+        return encode_texts(self.encoder, texts, self.encode_batch_size)
