@@ -398,11 +398,7 @@ class KeyedStore:
         failed save removes what it created; the previous save stays the committed one.
         """
         folder = json_path.parent
-        created = [p for p in (folder, *folder.parents) if not p.exists()]
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InvalidParameterError(f"cannot create {folder}: {e}") from e
+        created = store_files.make_folder(folder)
         name = None
         try:
             with self.lock:
@@ -425,11 +421,7 @@ class KeyedStore:
         except BaseException:
             if name is not None:
                 shutil.rmtree(folder / name, ignore_errors=True)
-            for p in created:  # innermost first; only folders this save made and left empty
-                try:
-                    p.rmdir()
-                except OSError:
-                    break
+            store_files.remove_empty_folders(created)
             raise
         store_files.remove_stale_index_dirs(json_path, keep=name)
 

@@ -191,3 +191,26 @@ def test_tampered_store_file_is_refused_at_load(data, tmp_path, case):
 def test_missing_store_is_also_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError):
         NormRankVectorStore.from_persist_dir(str(tmp_path / "nothing"))
+
+
+def test_a_failed_persist_leaves_the_folder_as_it_was(data, tmp_path, monkeypatch):
+    from normrank import NormIndex
+
+    store, _ = build(data)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(NormIndex, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        store.persist(str(tmp_path / "new" / "default__vector_store.json"))
+    assert not (tmp_path / "new").exists()
+    monkeypatch.undo()
+    store.persist(str(tmp_path / "ok" / "default__vector_store.json"))
+    before = sorted(p.name for p in (tmp_path / "ok").iterdir())
+    monkeypatch.setattr(NormIndex, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        store.persist(str(tmp_path / "ok" / "default__vector_store.json"))
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == before
+    assert len(NormRankVectorStore.from_persist_dir(str(tmp_path / "ok"))) == N

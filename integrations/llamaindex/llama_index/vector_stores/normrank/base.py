@@ -272,9 +272,19 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         _local_only(fs)
         path = Path(persist_path)
         real = _real_path(path)
-        self._store.save(real, _HEADER)
-        if real != path:
-            store_files.write_json_atomic(path, _stub(real.name))
+        if real == path:
+            self._store.save(real, _HEADER)
+            return
+        made_stub = not path.exists()
+        created = store_files.make_folder(path.parent)
+        try:
+            store_files.write_json_atomic(path, _stub(real.name))  # first: constant, taken back on failure
+            self._store.save(real, _HEADER)
+        except BaseException:
+            if made_stub:
+                path.unlink(missing_ok=True)
+            store_files.remove_empty_folders(created)
+            raise
 
     @classmethod
     def from_persist_path(
