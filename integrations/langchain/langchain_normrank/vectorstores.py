@@ -110,18 +110,27 @@ class NormRankVectorStore(StoreBacked, VectorStore):
 
     def __init__(
         self,
-        embedding: Embeddings,
+        embedding: Embeddings | None = None,
         *,
         alpha: float = 0.0,
         factory: str = "Flat",
         relevance_score_fn: Callable[[float], float] | None = None,
         normalize_L2: bool = False,
         distance_strategy: Any = None,
+        embedding_function: Embeddings | None = None,
+        index: Any = None,
+        docstore: Any = None,
+        index_to_docstore_id: dict[int, str] | None = None,
     ) -> None:
         _check_faiss_options(normalize_L2, distance_strategy)
-        self.embedding = embedding
+        if (embedding is None) == (embedding_function is None):
+            raise InvalidParameterError(
+                "give the embedding model once: embedding= (or FAISS's embedding_function=)"
+            )
+        self.embedding = embedding if embedding is not None else embedding_function
         self.override_relevance_score_fn = relevance_score_fn
-        self._store = KeyedStore(alpha=alpha, factory=factory, raw_hint=_RAW_HINT)
+        dim = _faiss_constructor_dim(index, docstore, index_to_docstore_id)
+        self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -405,6 +414,25 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return NormRankRetriever(vectorstore=self, tags=tags, **kwargs)
 
+    def merge_from(self, target: NormRankVectorStore) -> None:
+        """Add every document of ``target`` (with its stored vector) to this store, as FAISS's
+        ``merge_from``; ids present in both are refused (:class:`~normrank.errors.DuplicateIdError`)."""
+        if not isinstance(target, NormRankVectorStore):
+            raise InvalidParameterError(
+                f"merge_from takes a NormRankVectorStore, got {type(target).__name__} "
+                "(convert a FAISS store with NormRankVectorStore.from_faiss first)"
+            )
+        with target._store.lock:
+            sids = list(target._store.records)
+            both = [s for s in sids if s in self._store]
+            if both:
+                from normrank.errors import DuplicateIdError
+
+                raise DuplicateIdError(f"cannot merge: ids in both stores, e.g. {both[0]!r}")
+            records = [copy.deepcopy(target._store.records[s]) for s in sids]
+            vectors = target._store.vectors(sids)
+        self._store.add(sids, vectors, records)
+
     # ------------------------------------------------------------------ migration from FAISS
     @classmethod
     def from_faiss(
@@ -545,6 +573,28 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             stacklevel=3,
         )
         return cls.from_faiss(faiss_store, embedding=embeddings, alpha=0.0 if alpha is None else alpha)
+
+
+def _faiss_constructor_dim(index: Any, docstore: Any, index_to_docstore_id: Any) -> int | None:
+    """FAISS's constructor arguments, as its docs pass them (an empty flat index, an empty
+    docstore and map): they set the dimension. Anything holding data is refused, pointing to
+    :meth:`NormRankVectorStore.from_faiss`."""
+    held = (index is not None and getattr(index, "ntotal", 0)) or len(getattr(docstore, "_dict", None) or {})
+    if held or index_to_docstore_id:
+        raise InvalidParameterError(
+            "index=/docstore=/index_to_docstore_id= hold data: migrate a filled FAISS store with "
+            "NormRankVectorStore.from_faiss(FAISS(...))"
+        )
+    if index is None:
+        return None
+    import faiss
+
+    if not isinstance(index, faiss.IndexFlat):
+        raise UnsupportedIndexError(
+            f"index={type(index).__name__}: pass factory='<FAISS factory string>' (e.g. 'HNSW32') "
+            "instead; NormRankVectorStore builds its own inner-product index over unit vectors"
+        )
+    return int(index.d)  # the metric does not carry over: scores are cos * ||d||**alpha
 
 
 def _check_record(rec: dict[str, Any]) -> None:
