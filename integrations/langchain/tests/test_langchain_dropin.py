@@ -271,3 +271,40 @@ def test_compressor_reads_vectors_from_the_base_store(emb, vecs):
         NormReweightCompressor(embeddings=emb, alpha=-1.0, topn=5)
     with pytest.raises(InvalidParameterError):
         NormReweightCompressor(embeddings=emb, alpha=-40.0)
+
+
+# ---------------------------------------------------------------------- tampered store files
+def _deep(levels: int) -> dict:
+    out: dict = {}
+    cur = out
+    for _ in range(levels):
+        cur["x"] = {}
+        cur = cur["x"]
+    return out
+
+
+TAMPERS = {
+    "alpha 1e308": lambda p: p.update(alpha=1e308),
+    "alpha -17": lambda p: p.update(alpha=-17),
+    "index_dir missing": lambda p: p.pop("index_dir"),
+    "next_key 0": lambda p: p.update(next_key=0),
+    "next_key 2**70": lambda p: p.update(next_key=2**70),
+    "metadata 700 deep": lambda p: p["records"][0]["record"].update(metadata=_deep(700)),
+    "text not a string": lambda p: p["records"][0]["record"].update(text=3),
+    "extra record field": lambda p: p["records"][0]["record"].update(vector=[1, 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERS))
+def test_tampered_store_file_is_refused_at_load(store, emb, tmp_path, case):
+    import json
+
+    from normrank.errors import CorruptIndexError
+
+    store.save_local(tmp_path)
+    path = tmp_path / "index.normrank.json"
+    payload = json.loads(path.read_text())
+    TAMPERS[case](payload)
+    path.write_text(json.dumps(payload))
+    with pytest.raises(CorruptIndexError):
+        NormRankVectorStore.load_local(tmp_path, emb)
