@@ -101,7 +101,10 @@ def _stored_vectors(store: Any, docs: list[Document]) -> dict[int, np.ndarray]:
     position = {sid: pos for pos, sid in mapping.items()}
     for i, d in enumerate(docs):
         if d.id is not None and d.id in position:
-            found[i] = np.asarray(index.reconstruct(int(position[d.id])), dtype=np.float64)
+            try:
+                found[i] = np.asarray(index.reconstruct(int(position[d.id])), dtype=np.float64)
+            except RuntimeError:  # an index that cannot give vectors back (IVF without a direct map)
+                return {}  # every candidate is embedded instead: the same scores, more work
     return found
 
 

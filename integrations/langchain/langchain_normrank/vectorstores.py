@@ -465,7 +465,7 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         if bad:
             raise InvalidInputError(f"the FAISS docstore lacks the document at position {bad[0]}")
         try:
-            vectors = index.reconstruct_n(0, n) if n else np.zeros((0, index.d), np.float32)
+            vectors = _stored_vectors(index, n)
         except RuntimeError as e:
             raise UnsupportedIndexError(
                 f"this FAISS index cannot give back its vectors ({e}); rebuild from the texts with "
@@ -573,6 +573,25 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             stacklevel=3,
         )
         return cls.from_faiss(faiss_store, embedding=embeddings, alpha=0.0 if alpha is None else alpha)
+
+
+def _stored_vectors(index: Any, n: int) -> Any:
+    """The ``n`` vectors a FAISS index stores, in position order (IVF: through a direct map
+    built on a copy, leaving the caller's index as it was)."""
+    import faiss
+    import numpy as np
+
+    if n == 0:
+        return np.zeros((0, index.d), np.float32)
+    try:
+        return index.reconstruct_n(0, n)
+    except RuntimeError:
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is None:
+            raise
+        copy_ = faiss.clone_index(index)
+        faiss.extract_index_ivf(copy_).make_direct_map()
+        return copy_.reconstruct_n(0, n)
 
 
 def _faiss_constructor_dim(index: Any, docstore: Any, index_to_docstore_id: Any) -> int | None:

@@ -308,3 +308,35 @@ def test_tampered_store_file_is_refused_at_load(store, emb, tmp_path, case):
     path.write_text(json.dumps(payload))
     with pytest.raises(CorruptIndexError):
         NormRankVectorStore.load_local(tmp_path, emb)
+
+
+def test_migrate_an_ivf_faiss_store(emb, vecs):
+    import faiss
+
+    faiss_mod = pytest.importorskip("langchain_community.vectorstores")
+    docstore = pytest.importorskip("langchain_community.docstore.in_memory").InMemoryDocstore
+    quantizer = faiss.IndexFlatL2(DIM)
+    ivf = faiss.IndexIVFFlat(quantizer, DIM, 4)
+    ivf.train(vecs)
+    old = faiss_mod.FAISS(embedding_function=emb, index=ivf, docstore=docstore(), index_to_docstore_id={})
+    old.add_texts(texts(), metas(), ids=ids())
+    new = NormRankVectorStore.from_faiss(old, alpha=-1.0)  # exact search over the IVF's vectors
+    x = vecs.astype(np.float64)
+    q = np.asarray(emb.embed_query("query 2"), dtype=np.float64)
+    s = (x @ q) / (np.linalg.norm(x, axis=1) * np.linalg.norm(q)) / np.linalg.norm(x, axis=1)
+    want = [str(i) for i in np.argsort(-s, kind="stable")[:5]]
+    assert [d.id for d in new.similarity_search("query 2", k=5)] == want
+    # the compressor cannot read single vectors from this IVF (no direct map): it embeds instead
+    docs = [
+        d.model_copy(
+            update={"metadata": {**d.metadata, "normrank_norm": float(np.linalg.norm(vecs[int(d.id)]))}}
+        )
+        for d in old.similarity_search("query 2", k=30)
+    ]
+    emb.embedded = 0
+    out = NormReweightCompressor(embeddings=emb, alpha=-1.0, top_n=3, vectorstore=old).compress_documents(
+        docs, "query 2"
+    )
+    assert emb.embedded == len(docs)
+    pool = np.array([int(d.id) for d in docs])
+    assert [int(d.id) for d in out] == pool[np.argsort(-s[pool], kind="stable")[:3]].tolist()
