@@ -244,3 +244,49 @@ def test_a_failed_save_removes_what_it_created(tmp_path, data, monkeypatch, fail
     assert len(_load(path)) == N  # the previous save still loads
     store.save(path, HEADER)  # and the next one succeeds
     assert len(_load(path)) == N
+
+
+HOSTILE = [0, -1, 1, 2**31, 2**63, 2**70, -(2**70), 0.5, -0.0, 1e-320, 1e308, float("inf"), float("nan"),
+           "1", "", None, True, [], {}, [1, 2], {"a": 1}, "x" * 10_000, _deep(200)]  # fmt: skip
+
+
+def _paths(payload: dict) -> list[tuple]:
+    out = [(k,) for k in payload]
+    for i in range(2):
+        out += [("records", i, k) for k in payload["records"][i]]
+        out += [("records", i, "record", k) for k in payload["records"][i]["record"]]
+    return out
+
+
+def test_fuzz_store_file_values_load_or_refuse(tmp_path, data):
+    """Any single value of the store file replaced by a hostile one: the load raises
+    CorruptIndexError, or the store it gives searches, adds and saves without an untyped error."""
+    import random
+
+    rng = random.Random(99)
+    small = KeyedStore(alpha=0.25)
+    small.add([f"d{i}" for i in range(12)], data[0][:12], [{"i": i, "v": {"w": [i]}} for i in range(12)])
+    path = tmp_path / "s" / "store.json"
+    small.save(path, HEADER)
+    clean = json.loads(path.read_text())
+    loaded_ok = refused = 0
+    for case in range(300):
+        payload = json.loads(json.dumps(clean))
+        where = rng.choice(_paths(payload))
+        target = payload
+        for step in where[:-1]:
+            target = target[step]
+        target[where[-1]] = rng.choice(HOSTILE)
+        path.write_text(json.dumps(payload))  # NaN / Infinity as JSON extensions, which json reads
+        try:
+            store = _load(path)
+        except CorruptIndexError:
+            refused += 1
+            continue
+        loaded_ok += 1
+        store.search(data[1], 5)
+        store.add([f"new{case}"], data[0][12:13], [{}])
+        store.save(tmp_path / "again" / "store.json", HEADER)
+        assert len(_load(tmp_path / "again" / "store.json")) == len(store)
+    print(f"\n[store-file fuzz] 300 cases: {refused} refused (CorruptIndexError), {loaded_ok} loaded and worked")
+    assert refused > 200 and loaded_ok > 0  # most values are impossible; some are harmless
