@@ -288,5 +288,7 @@ def test_fuzz_store_file_values_load_or_refuse(tmp_path, data):
         store.add([f"new{case}"], data[0][12:13], [{}])
         store.save(tmp_path / "again" / "store.json", HEADER)
         assert len(_load(tmp_path / "again" / "store.json")) == len(store)
-    print(f"\n[store-file fuzz] 300 cases: {refused} refused (CorruptIndexError), {loaded_ok} loaded and worked")
+    print(
+        f"\n[store-file fuzz] 300 cases: {refused} refused (CorruptIndexError), {loaded_ok} loaded and worked"
+    )
     assert refused > 200 and loaded_ok > 0  # most values are impossible; some are harmless

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import copy
 import uuid
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from langchain_normrank.faiss_compat import (
+    MigrationWarning,
+    check_faiss_options,
+    faiss_constructor_dim,
+    faiss_contents,
+    load_faiss_folder,
+)
 from langchain_normrank.filters import MetadataFilter, metadata_predicate
-from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
+from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError, reject_unknown
-from normrank.unit_norms import all_unit
 
 __all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
 
@@ -44,10 +50,6 @@ _SEARCH_ARGS = ("k", "filter", "fetch_k", "alpha", "score_threshold")
 _MMR_ARGS = ("k", "filter", "fetch_k", "lambda_mult", "alpha")
 
 
-class MigrationWarning(UserWarning):
-    """Said once per migration from a LangChain FAISS store: what was read and what was redone."""
-
-
 def relevance_from_cosine(cosine: float) -> float:
     """Relevance in [0, 1] of a hit: its cosine similarity to the query, clipped at 0.
 
@@ -56,34 +58,6 @@ def relevance_from_cosine(cosine: float) -> float:
     stores (whose relevance is ``1 - cosine distance``). Negative cosines map to 0.
     """
     return min(1.0, max(0.0, cosine))
-
-
-def _strategy_name(strategy: Any) -> str:
-    return str(getattr(strategy, "value", strategy)).upper()
-
-
-def _check_faiss_options(normalize_L2: Any, distance_strategy: Any) -> None:
-    """Refuse the FAISS options whose results this store would not give."""
-    if normalize_L2:
-        raise InvalidParameterError(
-            "normalize_L2=True would throw away the norms that alpha weighs; leave it out: "
-            "NormRankVectorStore keeps each vector's norm beside its direction and ranks by "
-            "cosine at alpha=0"
-        )
-    if distance_strategy is None:
-        return
-    name = _strategy_name(distance_strategy)
-    if name == "COSINE":
-        return
-    advice = {
-        "MAX_INNER_PRODUCT": "alpha=1.0 ranks exactly by inner product (scores are q·d / ||q||)",
-        "DOT_PRODUCT": "alpha=1.0 ranks exactly by inner product (scores are q·d / ||q||)",
-        "EUCLIDEAN_DISTANCE": "alpha=0 is cosine, the ranking L2 gives on normalised vectors",
-    }.get(name, "it has no equivalent here")
-    raise InvalidParameterError(
-        f"distance_strategy={name} is not what NormRankVectorStore computes: it ranks by "
-        f"cos(q, d) * ||d||**alpha (DistanceStrategy.COSINE at alpha=0); {advice}"
-    )
 
 
 class NormRankVectorStore(StoreBacked, VectorStore):
@@ -122,14 +96,14 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         docstore: Any = None,
         index_to_docstore_id: dict[int, str] | None = None,
     ) -> None:
-        _check_faiss_options(normalize_L2, distance_strategy)
+        check_faiss_options(normalize_L2, distance_strategy)
         if (embedding is None) == (embedding_function is None):
             raise InvalidParameterError(
                 "give the embedding model once: embedding= (or FAISS's embedding_function=)"
             )
         self.embedding = embedding if embedding is not None else embedding_function
         self.override_relevance_score_fn = relevance_score_fn
-        dim = _faiss_constructor_dim(index, docstore, index_to_docstore_id)
+        dim = faiss_constructor_dim(index, docstore, index_to_docstore_id)
         self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
@@ -194,8 +168,6 @@ class NormRankVectorStore(StoreBacked, VectorStore):
                 raise InvalidInputError(f"{len(texts)} texts but {len(seq)} {name}")
 
     def _add(self, texts: list[str], vectors: Any, metadatas: Any, ids: Any) -> list[str]:
-        import numpy as np
-
         n = len(texts)
         sids = [str(i) if i is not None else str(uuid.uuid4()) for i in (ids or [None] * n)]
         for t in texts:
@@ -450,45 +422,10 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         re-embedded with ``embedding`` (a model returning raw vectors), and a
         :class:`MigrationWarning` says so. ``embedding`` defaults to the FAISS store's own.
         """
-        import numpy as np
-
-        emb = embedding if embedding is not None else getattr(faiss_store, "embedding_function", None)
-        if not isinstance(emb, Embeddings):
-            raise InvalidParameterError("give embedding=<a LangChain Embeddings returning raw vectors>")
-        index = faiss_store.index
-        n = int(index.ntotal)
-        order = sorted(faiss_store.index_to_docstore_id)
-        if order != list(range(n)):
-            raise InvalidInputError(f"index_to_docstore_id does not cover the {n} FAISS positions")
-        docs = [faiss_store.docstore.search(faiss_store.index_to_docstore_id[i]) for i in order]
-        bad = [i for i, d in enumerate(docs) if not isinstance(d, Document)]
-        if bad:
-            raise InvalidInputError(f"the FAISS docstore lacks the document at position {bad[0]}")
-        try:
-            vectors = _stored_vectors(index, n)
-        except RuntimeError as e:
-            raise UnsupportedIndexError(
-                f"this FAISS index cannot give back its vectors ({e}); rebuild from the texts with "
-                "NormRankVectorStore.from_documents(documents, embedding)"
-            ) from e
-        texts = [d.page_content for d in docs]
-        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
-        if n and (getattr(faiss_store, "_normalize_L2", False) or all_unit(norms)):
-            warnings.warn(
-                f"the FAISS store holds unit-length vectors (normalize_L2 or a normalising model): "
-                f"their norms are gone, so the {n} texts are re-embedded with {type(emb).__name__}",
-                MigrationWarning,
-                stacklevel=2,
-            )
-            vectors = emb.embed_documents(texts)
+        emb, texts, vectors, metadatas, ids = faiss_contents(faiss_store, embedding)
         store = cls(emb, alpha=alpha, factory=factory)
-        if n:
-            store._add(
-                texts,
-                vectors,
-                [d.metadata for d in docs],
-                [faiss_store.index_to_docstore_id[i] for i in order],
-            )
+        if texts:
+            store._add(texts, vectors, metadatas, ids)
         return store
 
     # ------------------------------------------------------------------ persistence
@@ -550,70 +487,8 @@ class NormRankVectorStore(StoreBacked, VectorStore):
     def _migrate_folder(
         cls, folder: Path, embeddings: Embeddings, index_name: str, allowed: bool, alpha: float | None
     ) -> NormRankVectorStore:
-        if not allowed:
-            raise InvalidParameterError(
-                f"{folder} holds a LangChain FAISS save ({index_name}.faiss + {index_name}.pkl). Reading "
-                f"{index_name}.pkl unpickles it, which can run code: if you trust the file, migrate with "
-                "NormRankVectorStore.load_local(folder, embeddings, allow_dangerous_deserialization=True), "
-                "then save_local(folder) to write a normrank store"
-            )
-        try:
-            from langchain_community.vectorstores import FAISS
-        except ImportError as e:
-            from normrank.errors import MissingDependencyError
-
-            raise MissingDependencyError("reading a FAISS save needs: pip install langchain-community") from e
-        faiss_store = FAISS.load_local(
-            str(folder), embeddings, index_name, allow_dangerous_deserialization=True
-        )
-        warnings.warn(
-            f"migrated the LangChain FAISS save in {folder} (its {index_name}.pkl was unpickled because "
-            "allow_dangerous_deserialization=True); call save_local() to keep it as a normrank store",
-            MigrationWarning,
-            stacklevel=3,
-        )
+        faiss_store = load_faiss_folder(folder, embeddings, index_name, allowed)
         return cls.from_faiss(faiss_store, embedding=embeddings, alpha=0.0 if alpha is None else alpha)
-
-
-def _stored_vectors(index: Any, n: int) -> Any:
-    """The ``n`` vectors a FAISS index stores, in position order (IVF: through a direct map
-    built on a copy, leaving the caller's index as it was)."""
-    import faiss
-    import numpy as np
-
-    if n == 0:
-        return np.zeros((0, index.d), np.float32)
-    try:
-        return index.reconstruct_n(0, n)
-    except RuntimeError:
-        ivf = faiss.try_extract_index_ivf(index)
-        if ivf is None:
-            raise
-        copy_ = faiss.clone_index(index)
-        faiss.extract_index_ivf(copy_).make_direct_map()
-        return copy_.reconstruct_n(0, n)
-
-
-def _faiss_constructor_dim(index: Any, docstore: Any, index_to_docstore_id: Any) -> int | None:
-    """FAISS's constructor arguments, as its docs pass them (an empty flat index, an empty
-    docstore and map): they set the dimension. Anything holding data is refused, pointing to
-    :meth:`NormRankVectorStore.from_faiss`."""
-    held = (index is not None and getattr(index, "ntotal", 0)) or len(getattr(docstore, "_dict", None) or {})
-    if held or index_to_docstore_id:
-        raise InvalidParameterError(
-            "index=/docstore=/index_to_docstore_id= hold data: migrate a filled FAISS store with "
-            "NormRankVectorStore.from_faiss(FAISS(...))"
-        )
-    if index is None:
-        return None
-    import faiss
-
-    if not isinstance(index, faiss.IndexFlat):
-        raise UnsupportedIndexError(
-            f"index={type(index).__name__}: pass factory='<FAISS factory string>' (e.g. 'HNSW32') "
-            "instead; NormRankVectorStore builds its own inner-product index over unit vectors"
-        )
-    return int(index.d)  # the metric does not carry over: scores are cos * ||d||**alpha
 
 
 def _check_record(rec: dict[str, Any]) -> None:
