@@ -60,6 +60,11 @@ def relevance_from_cosine(cosine: float) -> float:
     return min(1.0, max(0.0, cosine))
 
 
+def search_arguments(search_type: str) -> tuple[str, ...]:
+    """The keyword arguments a retriever's ``search_kwargs`` may hold for ``search_type``."""
+    return _MMR_ARGS if search_type == "mmr" else _SEARCH_ARGS
+
+
 class NormRankVectorStore(StoreBacked, VectorStore):
     """In-process vector store over :class:`normrank.NormIndex`, ranking by cos(q, d)·‖d‖^α.
 
@@ -370,19 +375,10 @@ class NormRankVectorStore(StoreBacked, VectorStore):
     def as_retriever(self, **kwargs: Any) -> Any:
         """A :class:`~langchain_normrank.NormRankRetriever`; ``search_kwargs`` may hold ``alpha``.
 
-        ``search_kwargs`` are checked now against what the chosen ``search_type`` takes.
+        ``search_kwargs`` and every other argument are checked now (unknown ones raise ``TypeError``).
         """
         from langchain_normrank.retrievers import NormRankRetriever
 
-        search_type = kwargs.get("search_type", "similarity")
-        allowed = _MMR_ARGS if search_type == "mmr" else _SEARCH_ARGS
-        search_kwargs = kwargs.get("search_kwargs") or {}
-        reject_unknown(
-            {k: v for k, v in search_kwargs.items() if k not in allowed},
-            allowed,
-            "search_kwargs",
-            _FAISS_HINTS,
-        )
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return NormRankRetriever(vectorstore=self, tags=tags, **kwargs)
 

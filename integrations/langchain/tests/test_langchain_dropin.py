@@ -340,3 +340,16 @@ def test_migrate_an_ivf_faiss_store(emb, vecs):
     assert emb.embedded == len(docs)
     pool = np.array([int(d.id) for d in docs])
     assert [int(d.id) for d in out] == pool[np.argsort(-s[pool], kind="stable")[:3]].tolist()
+
+
+def test_retriever_refuses_unknown_arguments(store):
+    from langchain_normrank import NormRankRetriever
+
+    with pytest.raises(TypeError, match="'alpha'"):
+        NormRankRetriever(vectorstore=store, aplha=-1.0)
+    with pytest.raises(TypeError, match="'lambda_mult'"):
+        store.as_retriever(search_type="mmr", search_kwargs={"lambda": 0.2})
+    with pytest.raises(TypeError):
+        store.as_retriever(search_type="mmr", search_kwargs={"score_threshold": 0.2})
+    r = NormRankRetriever(vectorstore=store, k=3, alpha=-1.0, search_kwargs={"fetch_k": 50})
+    assert len(r.invoke("query 0")) == 3
