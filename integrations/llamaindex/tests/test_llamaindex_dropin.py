@@ -214,3 +214,20 @@ def test_a_failed_persist_leaves_the_folder_as_it_was(data, tmp_path, monkeypatc
     monkeypatch.undo()
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == before
     assert len(NormRankVectorStore.from_persist_dir(str(tmp_path / "ok"))) == N
+
+
+def test_components_refuse_misspelt_fields():
+    from llama_index.vector_stores.normrank import (
+        NormMetadataTransform,
+        NormRankEmbedding,
+        NormReweightPostprocessor,
+    )
+
+    with pytest.raises(TypeError, match="'embed_batch_size'"):
+        NormRankEmbedding(model_name="x", embed_batch_sise=8)
+    with pytest.raises(TypeError, match="'key'"):
+        NormMetadataTransform(kee="n")
+    with pytest.raises(TypeError, match="'top_n'"):
+        NormReweightPostprocessor(norm_alpha=-1.0, topn=3)
+    with pytest.raises(TypeError, match="norm_alpha"):
+        NormReweightPostprocessor(alpha=-1.0)

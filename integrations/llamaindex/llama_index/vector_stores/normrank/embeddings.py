@@ -7,7 +7,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from normrank.store import encode_texts, load_normrank_encoder
+from normrank.store import encode_texts, load_normrank_encoder, reject_unknown
 
 __all__ = ["NormRankEmbedding"]
 
@@ -24,6 +24,8 @@ class NormRankEmbedding(BaseEmbedding):
     _encoder: Any = PrivateAttr(default=None)
 
     def __init__(self, model_name: str = "unknown", *, encoder: Any = None, **kwargs: Any) -> None:
+        fields = type(self).model_fields  # pydantic would drop an unknown (misspelt) field silently
+        reject_unknown({k: v for k, v in kwargs.items() if k not in fields}, fields, "NormRankEmbedding()")
         super().__init__(model_name=model_name, **kwargs)
         self._encoder = encoder
 
