@@ -11,16 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from normrank.errors import CorruptIndexError, InvalidParameterError, NormrankError
-from normrank.store import (
-    MAX_METADATA_DEPTH,
-    KeyedStore,
-    StoreNotFoundError,
-    UnknownArgumentError,
-    UnstorableMetadataError,
-    check_json_value,
-    reject_unknown,
-)
+from normrank.errors import CorruptIndexError, NormrankError
+from normrank.store import KeyedStore, StoreNotFoundError
+from normrank.store_checks import UnstorableMetadataError
 
 N, DIM = 200, 8
 HEADER = {"format": "test-store", "version": 1}
@@ -83,46 +76,6 @@ def test_rejected_add_changes_nothing(data):
     with pytest.raises(NormrankError):  # a zero vector, refused by the index
         store.add(["new"], np.zeros((1, DIM)), [{}])
     assert len(store) == N and "new" not in store and len(store.index) == N
-
-
-def test_alpha_is_checked_by_the_index_rule():
-    for bad in (17, -16.5, float("nan"), "0.5", True, None):
-        with pytest.raises(InvalidParameterError):
-            KeyedStore(alpha=bad)
-    assert KeyedStore(alpha=-16).alpha == -16.0
-
-
-@pytest.mark.parametrize(
-    "value",
-    [datetime.date(2024, 5, 1), (1, 2), {1: "a"}, {"s": {1, 2}}, float("inf"), b"x", [[[object()]]]],
-)
-def test_json_check_refuses_what_json_would_change(value):
-    with pytest.raises(UnstorableMetadataError):
-        check_json_value({"v": value})
-
-
-def test_json_check_limits_depth_without_recursion():
-    deep: dict = {}
-    cur = deep
-    for _ in range(5000):  # far beyond Python's recursion limit
-        cur["x"] = {}
-        cur = cur["x"]
-    with pytest.raises(UnstorableMetadataError, match="nested"):
-        check_json_value(deep)
-    ok: dict = {}
-    cur = ok
-    for _ in range(MAX_METADATA_DEPTH - 1):
-        cur["x"] = {}
-        cur = cur["x"]
-    check_json_value(ok)
-
-
-def test_unknown_keyword_names_the_right_one():
-    with pytest.raises(UnknownArgumentError, match="'norm_alpha'") as e:
-        reject_unknown({"nrom_alpha": 1}, ("norm_alpha", "factory"), "f()")
-    assert isinstance(e.value, TypeError)
-    with pytest.raises(TypeError, match="use this"):
-        reject_unknown({"alpha": 1}, ("norm_alpha",), "f()", {"alpha": "use this"})
 
 
 # ---------------------------------------------------------------------------- persistence

@@ -9,7 +9,7 @@ from langchain_normrank.vectorstores import (
     StoreNotFoundError,
     relevance_from_cosine,
 )
-from normrank.store import UnknownArgumentError, UnstorableMetadataError
+from normrank.store_checks import UnknownArgumentError, UnstorableMetadataError
 from normrank.unit_norms import UnitNormWarning
 
 __all__ = [

@@ -11,7 +11,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStoreRetriever
 
-from normrank.store import reject_unknown
+from normrank.store_checks import reject_unknown
 
 __all__ = ["NormRankRetriever"]
 

@@ -29,7 +29,8 @@ from langchain_normrank.faiss_compat import (
 )
 from langchain_normrank.filters import MetadataFilter, metadata_predicate
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError, reject_unknown
+from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
+from normrank.store_checks import reject_unknown
 
 __all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
 

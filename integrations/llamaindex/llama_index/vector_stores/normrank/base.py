@@ -37,7 +37,8 @@ from llama_index.vector_stores.normrank._filters import matches
 
 from normrank import store_files
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store import KeyedStore, StoreBacked, check_json_value, reject_unknown
+from normrank.store import KeyedStore, StoreBacked
+from normrank.store_checks import check_json_value, reject_unknown
 
 _RAW_HINT = (
     "wrap a normrank encoder with llama_index.vector_stores.normrank.NormRankEmbedding("
