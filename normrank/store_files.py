@@ -23,8 +23,10 @@ from normrank.errors import CorruptIndexError, InvalidInputError
 
 __all__ = [
     "checked_index_dir",
+    "make_folder",
     "new_index_dirname",
     "read_json",
+    "remove_empty_folders",
     "remove_stale_index_dirs",
     "write_json_atomic",
 ]
@@ -86,3 +88,24 @@ def remove_stale_index_dirs(json_path: Path, keep: str | None) -> None:
     for child in json_path.parent.iterdir():
         if child.name != keep and pattern.match(child.name) and child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
+
+
+def make_folder(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; returns the folders it created, innermost first, so that a failed
+    save can remove them again with :func:`remove_empty_folders`."""
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        remove_empty_folders(created)
+        raise InvalidInputError(f"cannot create the folder {folder}: {e}") from e
+    return created
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (innermost first), stopping at the first that is not empty."""
+    for p in folders:
+        try:
+            p.rmdir()
+        except OSError:
+            break

@@ -84,14 +84,14 @@ def _load(kind: str, folder: Path) -> tuple[set[str], float]:
         from langchain_normrank import NormRankVectorStore
 
         store = NormRankVectorStore.load_local(folder, FakeEmbeddings(size=DIM))
-        texts = {r.text for r in store._records.values()}
-        assert len(store._index) == len(store._records), "index and docstore disagree"
+        texts = {d.page_content for d in store.get_by_ids(list(store._store.records))}
+        assert len(store.index) == len(store), "index and docstore disagree"
         return texts, store.alpha
     from llama_index.vector_stores.normrank import NormRankVectorStore
 
     store = NormRankVectorStore.from_persist_dir(str(folder))
-    texts = set(store._nodes)  # node ids are the texts
-    assert len(store._index) == len(store._nodes), "index and node table disagree"
+    texts = {n.node_id for n in store.get_nodes()}  # node ids are the texts
+    assert len(store.client) == len(store), "index and node table disagree"
     return texts, store.norm_alpha
 
 

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from normrank.errors import MissingDependencyError
+from normrank.errors import InvalidParameterError
+from normrank.store import encode_texts, load_normrank_encoder
 
 __all__ = ["NormRankEmbeddings"]
-
-
-def load_normrank_encoder(name_or_path: str) -> Any:
-    """``normrank.encoders.load_encoder(name_or_path)``, imported lazily (it pulls in torch)."""
-    try:
-        from normrank.encoders import load_encoder
-    except ImportError as e:
-        raise MissingDependencyError(
-            "normrank's encoders need the model extras: pip install 'normrank[models]'"
-        ) from e
-    return load_encoder(name_or_path)
 
 
 class NormRankEmbeddings(Embeddings):
@@ -39,7 +28,7 @@ class NormRankEmbeddings(Embeddings):
         self, model_name_or_path: str | None = None, *, batch_size: int = 64, encoder: Any = None
     ) -> None:
         if encoder is None and model_name_or_path is None:
-            raise ValueError("give model_name_or_path or encoder")
+            raise InvalidParameterError("give model_name_or_path or encoder")
         self.model_name_or_path = model_name_or_path
         self.batch_size = batch_size
         self._encoder = encoder
@@ -50,14 +39,8 @@ class NormRankEmbeddings(Embeddings):
             self._encoder = load_normrank_encoder(str(self.model_name_or_path))
         return self._encoder
 
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        out = np.asarray(self.encoder.encode(list(texts), batch_size=self.batch_size), dtype=np.float32)
-        return out.reshape(len(texts), -1).tolist()
-
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._encode(texts)
+        return encode_texts(self.encoder, texts, self.batch_size)
 
     def embed_query(self, text: str) -> list[float]:
-        return self._encode([text])[0]
+        return encode_texts(self.encoder, [text], self.batch_size)[0]

@@ -11,6 +11,8 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStoreRetriever
 
+from normrank.store_checks import reject_unknown
+
 __all__ = ["NormRankRetriever"]
 
 
@@ -27,6 +29,17 @@ class NormRankRetriever(VectorStoreRetriever):
     k: int = 4
     alpha: float | None = None
     filter: Any = None
+
+    def __init__(self, **data: Any) -> None:
+        # pydantic would drop unknown fields silently; search_kwargs are checked now, not at invoke
+        from langchain_normrank.vectorstores import search_arguments
+
+        fields = type(self).model_fields
+        reject_unknown({k: v for k, v in data.items() if k not in fields}, fields, "NormRankRetriever()")
+        allowed = search_arguments(data.get("search_type", "similarity"))
+        extra = {k: v for k, v in (data.get("search_kwargs") or {}).items() if k not in allowed}
+        reject_unknown(extra, allowed, "search_kwargs")
+        super().__init__(**data)
 
     def _merged(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         base: dict[str, Any] = {"k": self.k}

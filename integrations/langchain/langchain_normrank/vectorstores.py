@@ -1,20 +1,17 @@
 """``NormRankVectorStore``: a LangChain vector store that keeps the norm and ranks by cos·‖d‖^α.
 
-Scores returned by ``similarity_search_with_score`` are the norm-weighted similarity
-``s = cos(q, d) * ||d||**alpha`` (higher is better; not a distance). With ``alpha = 0`` this is
-plain cosine similarity. ``similarity_search_with_relevance_scores`` maps ``s`` to [0, 1] with
-:func:`relevance_from_score`.
+A drop-in for ``langchain_community``'s ``FAISS``: the same constructors, search methods,
+``filter`` / ``fetch_k`` / ``score_threshold`` arguments and ``save_local`` / ``load_local``,
+plus ``alpha``. Scores returned by ``similarity_search_with_score`` are the norm-weighted
+similarity ``s = cos(q, d) * ||d||**alpha`` (higher is better; not a distance); with
+``alpha = 0`` they are cosine similarities. The store itself is :class:`normrank.store.KeyedStore`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import shutil
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,360 +20,320 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from normrank import store_files
-from normrank.errors import (
-    CorruptIndexError,
-    DimensionMismatchError,
-    DuplicateIdError,
-    InvalidInputError,
-    InvalidParameterError,
+from langchain_normrank.faiss_compat import (
+    MigrationWarning,
+    check_faiss_options,
+    faiss_constructor_dim,
+    faiss_contents,
+    load_faiss_folder,
 )
-from normrank.mmr import maximal_marginal_relevance
-from normrank.unit_norms import all_unit, warn_unit_norms
+from langchain_normrank.filters import MetadataFilter, metadata_predicate
+from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
+from normrank.store_checks import reject_unknown
 
-STORE_FILE = "normrank_store.json"
+__all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
+
 _RAW_HINT = (
     "wrap a normrank encoder with langchain_normrank.NormRankEmbeddings('<model name or path>'), or "
     "turn normalisation off (e.g. HuggingFaceEmbeddings(encode_kwargs={'normalize_embeddings': False}) "
     "with a model without a Normalize module)."
 )
+_HEADER = {"format": "langchain-normrank", "version": 2}
+_FAISS_HINTS = {
+    "norm_alpha": "this store's exponent is called alpha (norm_alpha is the LlamaIndex adapter's name)",
+    "docstore": "NormRankVectorStore keeps its own documents; migrate a FAISS store with NormRankVectorStore.from_faiss(store)",
+    "index_to_docstore_id": "NormRankVectorStore keeps its own ids; migrate a FAISS store with NormRankVectorStore.from_faiss(store)",
+}
+AnyFilter = MetadataFilter | None  # a filter or none
+QueryVector = list[float]
+_SEARCH_ARGS = ("k", "filter", "fetch_k", "alpha", "score_threshold")
+_MMR_ARGS = ("k", "filter", "fetch_k", "lambda_mult", "alpha")
 
-__all__ = ["MetadataFilter", "NormRankVectorStore", "relevance_from_score"]
 
-#: ``dict`` (every key equal) or a callable taking the metadata dict and returning a bool.
-MetadataFilter = Mapping[str, Any] | Callable[[dict[str, Any]], bool]
+def relevance_from_cosine(cosine: float) -> float:
+    """Relevance in [0, 1] of a hit: its cosine similarity to the query, clipped at 0.
 
-_FORMAT = "langchain-normrank"
-_FORMAT_VERSION = 1
-_MISSING = object()
-
-
-def relevance_from_score(score: float) -> float:
-    """Map a norm-weighted score ``s`` to a relevance in [0, 1].
-
-    ``r = (1 + s / (1 + |s|)) / 2`` — strictly increasing, ``r(0) = 0.5``, ``r(1) = 0.75``,
-    ``r -> 1`` as ``s -> +inf`` and ``r -> 0`` as ``s -> -inf``. Parameter-free, so a
-    ``score_threshold`` means the same thing for every query; the ranking is unchanged.
+    It does not depend on ``alpha`` (the ranking does, the relevance does not), so a
+    ``score_threshold`` means "cosine at least this" at every alpha, as in LangChain's cosine
+    stores (whose relevance is ``1 - cosine distance``). Negative cosines map to 0.
     """
-    return 0.5 * (1.0 + score / (1.0 + abs(score)))
+    return min(1.0, max(0.0, cosine))
 
 
-@dataclass
-class _Record:
-    key: int  # int64 id inside the NormIndex
-    text: str
-    metadata: dict[str, Any]
+def search_arguments(search_type: str) -> tuple[str, ...]:
+    """The keyword arguments a retriever's ``search_kwargs`` may hold for ``search_type``."""
+    return _MMR_ARGS if search_type == "mmr" else _SEARCH_ARGS
 
 
-def _check_alpha(alpha: Any) -> float:
-    try:
-        value = float(alpha)
-    except (TypeError, ValueError) as e:
-        raise InvalidParameterError(f"alpha must be a real number, got {alpha!r}") from e
-    if not math.isfinite(value):
-        raise InvalidParameterError(f"alpha must be finite, got {alpha!r}")
-    return value
-
-
-def _check_k(k: Any, name: str = "k") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InvalidParameterError(f"{name} must be a positive integer, got {k!r}")
-    return int(k)
-
-
-def _predicate(filter: MetadataFilter | None) -> Callable[[dict[str, Any]], bool] | None:
-    if filter is None:
-        return None
-    if callable(filter):
-        return filter
-    if isinstance(filter, Mapping):
-        wanted = dict(filter)
-        return lambda meta: all(meta.get(k, _MISSING) == v for k, v in wanted.items())
-    raise InvalidParameterError(
-        f"filter must be a dict (metadata equality) or a callable(metadata) -> bool, got {type(filter)}"
-    )
-
-
-def _as_matrix(vectors: Any, what: str) -> np.ndarray:
-    arr = np.asarray(vectors, dtype=np.float32)
-    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise InvalidInputError(f"{what} must be a non-empty (n, dim) array, got shape {arr.shape}")
-    return arr
-
-
-class NormRankVectorStore(VectorStore):
+class NormRankVectorStore(StoreBacked, VectorStore):
     """In-process vector store over :class:`normrank.NormIndex`, ranking by cos(q, d)·‖d‖^α.
 
     Args:
         embedding: a LangChain ``Embeddings``. It must return *raw* (unnormalised) vectors for
             alpha to matter; a :class:`~langchain_normrank.UnitNormWarning` is issued once when
             every added vector has norm ≈ 1.
-        alpha: default exponent on the document norm; every search method also takes ``alpha=``
-            (and so does ``as_retriever(search_kwargs={"alpha": ...})``).
+        alpha: default exponent on the document norm, within [-16, 16]; every search method
+            also takes ``alpha=`` (and so does ``as_retriever(search_kwargs={"alpha": ...})``).
         factory: FAISS factory string for the underlying index (``"Flat"`` = exact search).
+        relevance_score_fn: as in FAISS, maps a returned score ``s`` to a relevance; by default
+            the relevance is the hit's cosine (:func:`relevance_from_cosine`).
+        normalize_L2, distance_strategy: FAISS's options, accepted only where they describe
+            what this store does (``normalize_L2=False``, ``DistanceStrategy.COSINE``); others
+            raise, saying why.
 
     Document ids are strings (uuid4 when not given); adding an existing id overwrites it.
-    Metadata filters (``filter=``) are a dict of required equal values or a callable taking the
-    metadata dict; they are applied before the top-k cut (the search widens until ``k`` matches
-    are found or the store is exhausted), so a filter never returns fewer hits than exist.
+    ``filter=`` takes FAISS's dict filters (see :mod:`langchain_normrank.filters`) or a callable;
+    filtered search is exact: it widens from ``fetch_k`` candidates until ``k`` matches are found
+    or every document was scored, so a filter never returns fewer hits than exist.
     """
 
-    def __init__(self, embedding: Embeddings, *, alpha: float = 0.0, factory: str = "Flat") -> None:
-        self.embedding = embedding
-        self.alpha = _check_alpha(alpha)
-        self.factory = factory
-        self._index: Any = None  # normrank.NormIndex, created at the first add (needs dim)
-        self._records: dict[str, _Record] = {}
-        self._by_key: dict[int, str] = {}
-        self._next_key = 0
-        self._all_unit_so_far = True
-        self._warned_unit = False
-        self._lock = threading.RLock()  # the async variants run the sync ones in threads
+    def __init__(
+        self,
+        embedding: Embeddings | None = None,
+        *,
+        alpha: float = 0.0,
+        factory: str = "Flat",
+        relevance_score_fn: Callable[[float], float] | None = None,
+        normalize_L2: bool = False,
+        distance_strategy: Any = None,
+        embedding_function: Embeddings | None = None,
+        index: Any = None,
+        docstore: Any = None,
+        index_to_docstore_id: dict[int, str] | None = None,
+    ) -> None:
+        check_faiss_options(normalize_L2, distance_strategy)
+        if (embedding is None) == (embedding_function is None):
+            raise InvalidParameterError(
+                "give the embedding model once: embedding= (or FAISS's embedding_function=)"
+            )
+        self.embedding = embedding if embedding is not None else embedding_function
+        self.override_relevance_score_fn = relevance_score_fn
+        dim = faiss_constructor_dim(index, docstore, index_to_docstore_id)
+        self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
     @property
     def embeddings(self) -> Embeddings:
         return self.embedding
 
-    def __len__(self) -> int:
-        return len(self._records)
+    @property
+    def alpha(self) -> float:
+        """Default exponent of the searches."""
+        return self._store.alpha
 
-    def __bool__(self) -> bool:
-        # An empty store is still a store: frameworks test ``if vector_store:`` for presence.
-        return True
+    @property
+    def factory(self) -> str:
+        return self._store.factory
 
     @property
     def index(self) -> Any:
         """The underlying ``normrank.NormIndex`` (``None`` before the first add)."""
-        return self._index
-
-    def _make_index(self, dim: int) -> Any:
-        from normrank import NormIndex
-
-        return NormIndex(dim, alpha=self.alpha, factory=self.factory)
+        return self._store.index
 
     def _document(self, sid: str) -> Document:
-        rec = self._records[sid]
-        return Document(id=sid, page_content=rec.text, metadata=copy.deepcopy(rec.metadata))
+        rec = self._store.records[sid]
+        return Document(id=sid, page_content=rec["text"], metadata=copy.deepcopy(rec["metadata"]))
 
     # ------------------------------------------------------------------ writing
     def add_texts(
         self,
         texts: Iterable[str],
         metadatas: list[dict] | None = None,
-        *,
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
         """Embed ``texts`` with ``embedding.embed_documents`` and add them (existing ids are overwritten)."""
+        reject_unknown(kwargs, ("metadatas", "ids"), "add_texts()", _FAISS_HINTS)
         texts = list(texts)
+        self._check_lengths(texts, metadatas, ids)
         if not texts:
             return []
-        vectors = self.embedding.embed_documents(texts)
-        return self.add_embeddings(texts, vectors, metadatas, ids=ids)
+        return self._add(texts, self.embedding.embed_documents(texts), metadatas, ids)
 
     def add_embeddings(
         self,
-        texts: Sequence[str],
-        embeddings: Any,
-        metadatas: Sequence[dict] | None = None,
-        *,
-        ids: Sequence[str | None] | None = None,
+        text_embeddings: Iterable[tuple[str, list[float]]],
+        metadatas: list[dict] | None = None,
+        ids: list[str] | None = None,
+        **kwargs: Any,
     ) -> list[str]:
-        """Add precomputed raw vectors ``embeddings`` (n, dim) for ``texts``; returns the ids."""
-        texts = list(texts)
-        n = len(texts)
-        if n == 0:
+        """Add precomputed raw vectors: ``text_embeddings`` is ``(text, vector)`` pairs, as in FAISS."""
+        reject_unknown(kwargs, ("metadatas", "ids"), "add_embeddings()", _FAISS_HINTS)
+        pairs = list(text_embeddings)
+        texts = [t for t, _ in pairs]
+        self._check_lengths(texts, metadatas, ids)
+        if not pairs:
             return []
-        vectors = _as_matrix(embeddings, "embeddings")
-        if vectors.shape[0] != n:
-            raise InvalidInputError(f"{n} texts but {vectors.shape[0]} embeddings")
-        if metadatas is not None and len(metadatas) != n:
-            raise InvalidInputError(f"{n} texts but {len(metadatas)} metadatas")
-        if ids is not None and len(ids) != n:
-            raise InvalidInputError(f"{n} texts but {len(ids)} ids")
+        return self._add(texts, [v for _, v in pairs], metadatas, ids)
+
+    @staticmethod
+    def _check_lengths(texts: list[str], metadatas: Any, ids: Any) -> None:
+        for name, seq in (("metadatas", metadatas), ("ids", ids)):
+            if seq is not None and len(seq) != len(texts):
+                raise InvalidInputError(f"{len(texts)} texts but {len(seq)} {name}")
+
+    def _add(self, texts: list[str], vectors: Any, metadatas: Any, ids: Any) -> list[str]:
+        n = len(texts)
         sids = [str(i) if i is not None else str(uuid.uuid4()) for i in (ids or [None] * n)]
-        if len(set(sids)) != n:
-            raise DuplicateIdError("ids repeat within one add call")
-        metas = [copy.deepcopy(dict(m)) if m else {} for m in (metadatas or [None] * n)]
-
-        with self._lock:
-            if self._index is None:
-                self._index = self._make_index(vectors.shape[1])
-            elif vectors.shape[1] != self._index.dim:
-                raise DimensionMismatchError(
-                    f"embeddings have dim {vectors.shape[1]}, the store has dim {self._index.dim}"
-                )
-            keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
-            # Add first: if the index rejects the batch (zero or non-finite vector) nothing changed.
-            self._index.add(vectors, ids=keys)
-            self._next_key += n
-            replaced = [self._records[s].key for s in sids if s in self._records]
-            if replaced:
-                self._index.remove(np.asarray(replaced, dtype=np.int64))
-                for key in replaced:
-                    del self._by_key[key]
-            for sid, key, text, meta in zip(sids, keys.tolist(), texts, metas, strict=True):
-                self._records[sid] = _Record(key=key, text=text, metadata=meta)
-                self._by_key[key] = sid
-            self._note_norms(np.linalg.norm(vectors, axis=1))
+        for t in texts:
+            if not isinstance(t, str):
+                raise InvalidInputError(f"texts must be strings, got {type(t).__name__}")
+        records = [
+            {"text": t, "metadata": copy.deepcopy(dict(m)) if m else {}}
+            for t, m in zip(texts, metadatas or [None] * n, strict=True)
+        ]
+        try:
+            arr = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise InvalidInputError(f"embeddings must be a numeric (n, dim) array: {e}") from e
+        self._store.add(sids, arr, records)
         return sids
-
-    def _note_norms(self, norms: np.ndarray) -> None:
-        self._all_unit_so_far = self._all_unit_so_far and all_unit(norms)
-        if self._all_unit_so_far and not self._warned_unit:
-            self._warned_unit = True
-            warn_unit_norms("alpha", _RAW_HINT, stacklevel=4)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete by id (missing ids are ignored); ``ids=None`` deletes everything."""
-        with self._lock:
-            sids = list(self._records) if ids is None else [s for s in ids if s in self._records]
-            if not sids:
-                return True
-            keys = np.asarray([self._records[s].key for s in sids], dtype=np.int64)
-            self._index.remove(keys)
-            for sid in sids:
-                del self._by_key[self._records.pop(sid).key]
+        reject_unknown(kwargs, ("ids",), "delete()")
+        with self._store.lock:
+            self._store.delete(list(self._store.records) if ids is None else ids)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """Documents for the ids that exist, in the order given."""
-        with self._lock:
-            return [self._document(s) for s in ids if s in self._records]
+        with self._store.lock:
+            return [self._document(s) for s in ids if s in self._store]
 
     # ------------------------------------------------------------------ searching
-    def _query_vector(self, query: str) -> np.ndarray:
-        return _as_matrix([self.embedding.embed_query(query)], "query embedding")[0]
+    def _query_vector(self, query: str) -> list[float]:
+        return self.embedding.embed_query(query)
+
+    def _passes(self, filter: MetadataFilter | None) -> Callable[[str], bool] | None:
+        pred = metadata_predicate(filter)
+        if pred is None:
+            return None
+        records = self._store.records
+        return lambda sid: bool(pred(records[sid]["metadata"]))
 
     def _hits(
-        self,
-        vector: Any,
-        k: int,
-        alpha: float | None,
-        filter: MetadataFilter | None,
-    ) -> list[tuple[str, float]]:
-        """Top-``k`` (id, score) by cos·‖d‖^α among documents passing ``filter``."""
-        k = _check_k(k)
-        a = self.alpha if alpha is None else _check_alpha(alpha)
-        pred = _predicate(filter)
-        q = _as_matrix([vector], "query embedding")
-        with self._lock:
-            n = len(self._records)
-            if n == 0:
-                return []
-            if q.shape[1] != self._index.dim:
-                raise DimensionMismatchError(
-                    f"query has dim {q.shape[1]}, the store has dim {self._index.dim}"
-                )
-            # Widen the exact search until k documents pass the filter or all were scanned:
-            # the filtered top-k is then exactly the top-k of the filtered set.
-            want = min(n, k if pred is None else max(4 * k, 64))
-            while True:
-                scores, keys = self._index.search(q, want, alpha=a)
-                hits: list[tuple[str, float]] = []
-                for key, score in zip(keys[0].tolist(), scores[0].tolist(), strict=True):
-                    if key < 0:
-                        continue
-                    sid = self._by_key[key]
-                    if pred is None or pred(self._records[sid].metadata):
-                        hits.append((sid, float(score)))
-                if len(hits) >= k or want >= n:
-                    return hits[:k]
-                want = min(n, want * 4)
+        self, embedding: Any, k: int, filter: Any, fetch_k: int | None, alpha: float | None
+    ) -> list[Hit]:
+        return self._store.search(embedding, k, alpha=alpha, passes=self._passes(filter), fetch_k=fetch_k)
+
+    def _with_docs(self, hits: list[Hit], score_threshold: float | None) -> list[tuple[Document, float]]:
+        with self._store.lock:
+            return [
+                (self._document(h.id), h.score)
+                for h in hits
+                if h.id in self._store and (score_threshold is None or h.score >= score_threshold)
+            ]
 
     def similarity_search_with_score_by_vector(
         self,
-        embedding: list[float],
+        embedding: QueryVector,
         k: int = 4,
+        filter: AnyFilter = None,
+        fetch_k: int = 20,
         *,
         alpha: float | None = None,
-        filter: MetadataFilter | None = None,
+        score_threshold: float | None = None,
+        **kwargs: Any,
     ) -> list[tuple[Document, float]]:
-        """(Document, cos·‖d‖^α) pairs for a query vector, best first."""
-        hits = self._hits(embedding, k, alpha, filter)
-        with self._lock:
-            return [(self._document(s), score) for s, score in hits if s in self._records]
+        """(Document, cos·‖d‖^α) pairs for a query vector, best first (similarities, not distances).
+
+        ``fetch_k`` is where a filtered search starts widening (results are exact whatever it
+        is); ``score_threshold`` keeps hits with score ``>= score_threshold``, as FAISS does for
+        similarity strategies.
+        """
+        reject_unknown(kwargs, _SEARCH_ARGS, "similarity_search()", _FAISS_HINTS)
+        return self._with_docs(self._hits(embedding, k, filter, fetch_k, alpha), score_threshold)
 
     def similarity_search_with_score(
-        self,
-        query: str,
-        k: int = 4,
-        *,
-        alpha: float | None = None,
-        filter: MetadataFilter | None = None,
+        self, query: str, k: int = 4, filter: AnyFilter = None, fetch_k: int = 20, **kwargs: Any
     ) -> list[tuple[Document, float]]:
-        """(Document, cos·‖d‖^α) pairs, best first (a similarity, not a distance)."""
+        """(Document, cos·‖d‖^α) pairs, best first; see :meth:`similarity_search_with_score_by_vector`."""
         return self.similarity_search_with_score_by_vector(
-            self._query_vector(query), k, alpha=alpha, filter=filter
+            self._query_vector(query), k, filter, fetch_k, **kwargs
         )
 
     def similarity_search_by_vector(
-        self,
-        embedding: list[float],
-        k: int = 4,
-        *,
-        alpha: float | None = None,
-        filter: MetadataFilter | None = None,
+        self, embedding: QueryVector, k: int = 4, filter: AnyFilter = None, fetch_k: int = 20, **kwargs: Any
     ) -> list[Document]:
         return [
-            d
-            for d, _ in self.similarity_search_with_score_by_vector(embedding, k, alpha=alpha, filter=filter)
+            d for d, _ in self.similarity_search_with_score_by_vector(embedding, k, filter, fetch_k, **kwargs)
         ]
 
     def similarity_search(
-        self,
-        query: str,
-        k: int = 4,
-        *,
-        alpha: float | None = None,
-        filter: MetadataFilter | None = None,
+        self, query: str, k: int = 4, filter: AnyFilter = None, fetch_k: int = 20, **kwargs: Any
     ) -> list[Document]:
-        return self.similarity_search_by_vector(self._query_vector(query), k, alpha=alpha, filter=filter)
+        return self.similarity_search_by_vector(self._query_vector(query), k, filter, fetch_k, **kwargs)
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        return relevance_from_score
+        if self.override_relevance_score_fn is not None:
+            return self.override_relevance_score_fn
+        return relevance_from_cosine  # applied to the cosine, not the score: see below
 
-    def max_marginal_relevance_search_by_vector(
+    def _similarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """(Document, relevance) with relevance = the hit's cosine clipped to [0, 1]
+        (:func:`relevance_from_cosine`), ranked by cos·‖d‖^α; a ``relevance_score_fn`` given at
+        construction is applied to the score instead, as FAISS does."""
+        reject_unknown(kwargs, _SEARCH_ARGS, "similarity_search_with_relevance_scores()", _FAISS_HINTS)
+        kwargs.pop("score_threshold", None)  # the caller applies it to the relevance
+        hits = self._hits(
+            self._query_vector(query), k, kwargs.get("filter"), kwargs.get("fetch_k"), kwargs.get("alpha")
+        )
+        fn = self.override_relevance_score_fn
+        with self._store.lock:
+            return [
+                (self._document(h.id), fn(h.score) if fn else relevance_from_cosine(h.cosine))
+                for h in hits
+                if h.id in self._store
+            ]
+
+    def max_marginal_relevance_search_with_score_by_vector(
         self,
-        embedding: list[float],
+        embedding: QueryVector,
+        *,
+        filter: AnyFilter = None,
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
-        *,
-        alpha: float | None = None,
-        filter: MetadataFilter | None = None,
-    ) -> list[Document]:
-        """Maximal marginal relevance over the ``fetch_k`` best documents by cos·‖d‖^α.
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """MMR over the ``fetch_k`` best documents passing ``filter=``, by cos·‖d‖^α (``alpha=``).
 
         Greedy: pick ``argmax lambda_mult * s_i - (1 - lambda_mult) * max_j cos(d_i, d_j)`` over
         the already picked ``j``, where ``s_i`` is the norm-weighted score; with ``alpha = 0`` this
-        is LangChain's usual cosine MMR.
+        is LangChain's usual cosine MMR. Returns (document, score) pairs.
         """
-        k = _check_k(k)
-        fetch_k = max(_check_k(fetch_k, "fetch_k"), k)
-        hits = self._hits(embedding, fetch_k, alpha, filter)
-        if not hits:
-            return []
-        with self._lock:
-            vecs = np.stack([self._index.reconstruct(self._records[s].key) for s, _ in hits])
-            docs = [self._document(s) for s, _ in hits]
-        chosen = maximal_marginal_relevance(np.asarray([s for _, s in hits]), vecs, float(lambda_mult), k)
-        return [docs[i] for i in chosen]
+        reject_unknown(
+            {key: v for key, v in kwargs.items() if key != "alpha"},
+            _MMR_ARGS,
+            "max_marginal_relevance_search()",
+            _FAISS_HINTS,
+        )
+        passes = self._passes(filter)
+        hits = self._store.mmr(
+            embedding, k, fetch_k=fetch_k, lambda_mult=lambda_mult, alpha=kwargs.get("alpha"), passes=passes
+        )
+        return self._with_docs(hits, None)
+
+    def max_marginal_relevance_search_by_vector(
+        self, embedding: QueryVector, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
+    ) -> list[Document]:
+        """Documents chosen by :meth:`max_marginal_relevance_search_with_score_by_vector`
+        (``filter=`` and ``alpha=`` as keywords)."""
+        pairs = self.max_marginal_relevance_search_with_score_by_vector(
+            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, **kwargs
+        )
+        return [d for d, _ in pairs]
 
     def max_marginal_relevance_search(
-        self,
-        query: str,
-        k: int = 4,
-        fetch_k: int = 20,
-        lambda_mult: float = 0.5,
-        *,
-        alpha: float | None = None,
-        filter: MetadataFilter | None = None,
+        self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
     ) -> list[Document]:
-        return self.max_marginal_relevance_search_by_vector(
-            self._query_vector(query), k, fetch_k, lambda_mult, alpha=alpha, filter=filter
-        )
+        """MMR for a query text: see :meth:`max_marginal_relevance_search_with_score_by_vector`."""
+        vector = self._query_vector(query)
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, **kwargs)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -385,94 +342,156 @@ class NormRankVectorStore(VectorStore):
         texts: list[str],
         embedding: Embeddings,
         metadatas: list[dict] | None = None,
-        *,
         ids: list[str] | None = None,
-        alpha: float = 0.0,
-        factory: str = "Flat",
         **kwargs: Any,
     ) -> NormRankVectorStore:
-        store = cls(embedding, alpha=alpha, factory=factory)
+        """A store holding ``texts``; ``kwargs`` are the constructor's (``alpha``, ``factory``, ...)."""
+        store = cls._from_kwargs(embedding, kwargs, "from_texts()")
         store.add_texts(texts, metadatas, ids=ids)
         return store
 
+    @classmethod
+    def from_embeddings(
+        cls,
+        text_embeddings: Iterable[tuple[str, list[float]]],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> NormRankVectorStore:
+        """A store from ``(text, raw vector)`` pairs, as ``FAISS.from_embeddings``."""
+        pairs = list(text_embeddings)  # may be a one-shot iterator such as zip()
+        return cls._from_kwargs(embedding, kwargs, "from_embeddings()")._added(pairs, metadatas, ids)
+
+    def _added(self, pairs: list[tuple[str, Any]], metadatas: Any, ids: Any) -> NormRankVectorStore:
+        self.add_embeddings(pairs, metadatas, ids=ids)
+        return self
+
+    @classmethod
+    def _from_kwargs(cls, embedding: Embeddings, kwargs: dict[str, Any], where: str) -> NormRankVectorStore:
+        allowed = ("alpha", "factory", "relevance_score_fn", "normalize_L2", "distance_strategy")
+        reject_unknown({k: v for k, v in kwargs.items() if k not in allowed}, allowed, where, _FAISS_HINTS)
+        return cls(embedding, **kwargs)
+
     def as_retriever(self, **kwargs: Any) -> Any:
-        """A :class:`~langchain_normrank.NormRankRetriever`; ``search_kwargs`` may hold ``alpha``."""
+        """A :class:`~langchain_normrank.NormRankRetriever`; ``search_kwargs`` may hold ``alpha``.
+
+        ``search_kwargs`` and every other argument are checked now (unknown ones raise ``TypeError``).
+        """
         from langchain_normrank.retrievers import NormRankRetriever
 
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return NormRankRetriever(vectorstore=self, tags=tags, **kwargs)
 
-    # ------------------------------------------------------------------ persistence
-    def save_local(self, folder: str | Path) -> None:
-        """Write the store to ``folder`` (NormIndex files + a JSON docstore; no pickle).
+    def merge_from(self, target: NormRankVectorStore) -> None:
+        """Add every document of ``target`` (with its stored vector) to this store, as FAISS's
+        ``merge_from``; ids present in both are refused (:class:`~normrank.errors.DuplicateIdError`)."""
+        if not isinstance(target, NormRankVectorStore):
+            raise InvalidParameterError(
+                f"merge_from takes a NormRankVectorStore, got {type(target).__name__} "
+                "(convert a FAISS store with NormRankVectorStore.from_faiss first)"
+            )
+        with target._store.lock:
+            sids = list(target._store.records)
+            both = [s for s in sids if s in self._store]
+            if both:
+                from normrank.errors import DuplicateIdError
 
-        The JSON file is the commit point, swapped in atomically after the index is written.
-        Metadata must be JSON-serialisable.
+                raise DuplicateIdError(f"cannot merge: ids in both stores, e.g. {both[0]!r}")
+            records = [copy.deepcopy(target._store.records[s]) for s in sids]
+            vectors = target._store.vectors(sids)
+        self._store.add(sids, vectors, records)
+
+    # ------------------------------------------------------------------ migration from FAISS
+    @classmethod
+    def from_faiss(
+        cls,
+        faiss_store: Any,
+        *,
+        embedding: Embeddings | None = None,
+        alpha: float = 0.0,
+        factory: str = "Flat",
+    ) -> NormRankVectorStore:
+        """A store with the documents, ids and raw vectors of a ``langchain_community`` FAISS store.
+
+        The vectors are copied, not re-embedded, unless they are unit length (a store built with
+        ``normalize_L2=True`` or a normalising model): their norms are gone then, so the texts are
+        re-embedded with ``embedding`` (a model returning raw vectors), and a
+        :class:`MigrationWarning` says so. ``embedding`` defaults to the FAISS store's own.
         """
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            name = None
-            if self._index is not None:
-                name = store_files.new_index_dirname(folder / STORE_FILE)
-                self._index.save(folder / name)
-            payload = {
-                "format": _FORMAT,
-                "version": _FORMAT_VERSION,
-                "alpha": self.alpha,
-                "factory": self.factory,
-                "index_dir": name,
-                "next_key": self._next_key,
-                "all_unit_so_far": self._all_unit_so_far,
-                "records": [
-                    {"id": sid, "key": r.key, "text": r.text, "metadata": r.metadata}
-                    for sid, r in self._records.items()
-                ],
-            }
-            try:
-                store_files.write_json_atomic(folder / STORE_FILE, payload)
-            except BaseException:
-                if name is not None:  # the previous save stays the committed one
-                    shutil.rmtree(folder / name, ignore_errors=True)
-                raise
-        store_files.remove_stale_index_dirs(folder / STORE_FILE, keep=name)
+        emb, texts, vectors, metadatas, ids = faiss_contents(faiss_store, embedding)
+        store = cls(emb, alpha=alpha, factory=factory)
+        if texts:
+            store._add(texts, vectors, metadatas, ids)
+        return store
+
+    # ------------------------------------------------------------------ persistence
+    @staticmethod
+    def _json_path(folder: Path, index_name: str) -> Path:
+        if (
+            not isinstance(index_name, str)
+            or not index_name
+            or "/" in index_name
+            or index_name.startswith(".")
+        ):
+            raise InvalidParameterError(f"index_name must be a plain file name stem, got {index_name!r}")
+        return folder / f"{index_name}.normrank.json"
+
+    def save_local(self, folder_path: str | Path, index_name: str = "index") -> None:
+        """Write the store to ``folder_path`` as ``<index_name>.normrank.json`` and a NormIndex
+        folder beside it (no pickle). The JSON file is the commit point, swapped in atomically
+        after the index is written; a failed save removes what it created."""
+        self._store.save(self._json_path(Path(folder_path), index_name), _HEADER)
 
     @classmethod
     def load_local(
-        cls, folder: str | Path, embeddings: Embeddings, *, alpha: float | None = None
+        cls,
+        folder_path: str | Path,
+        embeddings: Embeddings,
+        index_name: str = "index",
+        *,
+        allow_dangerous_deserialization: bool = False,
+        alpha: float | None = None,
+        **kwargs: Any,
     ) -> NormRankVectorStore:
-        """Load a store written by :meth:`save_local`; ``alpha`` overrides the saved default."""
-        from normrank import NormIndex
+        """Load a store written by :meth:`save_local`; ``alpha`` overrides the saved default.
 
-        folder = Path(folder)
-        payload = store_files.read_json(folder / STORE_FILE)
-        if payload.get("format") != _FORMAT or payload.get("version") != _FORMAT_VERSION:
-            raise CorruptIndexError(
-                f"{folder}: unknown store format {payload.get('format')!r} v{payload.get('version')!r}"
-            )
-        try:
-            store = cls(
-                embeddings,
-                alpha=payload["alpha"] if alpha is None else alpha,
-                factory=payload["factory"],
-            )
-            records = payload["records"]
-            for rec in records:
-                store._records[str(rec["id"])] = _Record(
-                    key=int(rec["key"]), text=str(rec["text"]), metadata=dict(rec["metadata"])
-                )
-            store._by_key = {r.key: sid for sid, r in store._records.items()}
-            store._next_key = int(payload["next_key"])
-            store._all_unit_so_far = bool(payload["all_unit_so_far"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise CorruptIndexError(f"{folder}: malformed {STORE_FILE}: {e}") from e
-        store._warned_unit = store._all_unit_so_far
-        if payload["index_dir"] is not None:
-            store._index = NormIndex.load(
-                store_files.checked_index_dir(folder / STORE_FILE, payload["index_dir"])
-            )
-        saved = set(store._by_key)
-        have = set() if store._index is None else {int(i) for i in np.asarray(store._index.ids)}
-        if saved != have or len(store._by_key) != len(store._records):
-            raise CorruptIndexError(f"{folder}: the docstore and the index hold different ids")
+        ``allow_dangerous_deserialization`` is accepted for FAISS code and unnecessary here
+        (nothing is unpickled), except to migrate a LangChain FAISS save: a folder holding
+        ``<index_name>.faiss`` and ``<index_name>.pkl`` is read with ``FAISS.load_local`` only when
+        it is ``True`` (``index.pkl`` is a pickle: only for files you trust) and converted with
+        :meth:`from_faiss`. A missing folder raises :class:`~normrank.store.StoreNotFoundError`,
+        which is also a ``FileNotFoundError``.
+        """
+        reject_unknown(
+            kwargs, ("index_name", "allow_dangerous_deserialization", "alpha"), "load_local()", _FAISS_HINTS
+        )
+        folder = Path(folder_path)
+        path = cls._json_path(folder, index_name)
+        if (
+            not path.exists()
+            and (folder / f"{index_name}.faiss").is_file()
+            and (folder / f"{index_name}.pkl").is_file()
+        ):
+            return cls._migrate_folder(folder, embeddings, index_name, allow_dangerous_deserialization, alpha)
+        store = cls(embeddings)
+        store._store = KeyedStore.load(
+            path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
+        )[0]
         return store
+
+    @classmethod
+    def _migrate_folder(
+        cls, folder: Path, embeddings: Embeddings, index_name: str, allowed: bool, alpha: float | None
+    ) -> NormRankVectorStore:
+        faiss_store = load_faiss_folder(folder, embeddings, index_name, allowed)
+        return cls.from_faiss(faiss_store, embedding=embeddings, alpha=0.0 if alpha is None else alpha)
+
+
+def _check_record(rec: dict[str, Any]) -> None:
+    if (
+        set(rec) != {"text", "metadata"}
+        or not isinstance(rec["text"], str)
+        or not isinstance(rec["metadata"], dict)
+    ):
+        raise ValueError("a document needs exactly a str text and a dict metadata")

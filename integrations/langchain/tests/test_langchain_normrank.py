@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import warnings
 
@@ -13,8 +14,9 @@ from langchain_normrank import (
     NormRankVectorStore,
     NormReweightCompressor,
     UnitNormWarning,
+    UnstorableMetadataError,
     add_norm_metadata,
-    relevance_from_score,
+    relevance_from_cosine,
 )
 
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
@@ -120,23 +122,20 @@ def test_retriever_search_kwargs_alpha(corpus, emb):
 
 
 @pytest.mark.parametrize("alpha", ALPHAS)
-def test_relevance_scores_in_unit_interval_and_monotone(emb, alpha):
+def test_relevance_is_the_cosine_whatever_alpha(corpus, emb, alpha):
     store = make_store(emb, alpha=alpha)
+    d = corpus["docs"].astype(np.float64)
     for j in range(N_QUERIES):
-        with_scores = store.similarity_search_with_score(f"query {j}", k=N_DOCS)
-        rel = store.similarity_search_with_relevance_scores(f"query {j}", k=N_DOCS)
-        assert [d.id for d, _ in rel] == [d.id for d, _ in with_scores]
-        r = np.array([x for _, x in rel])
-        assert np.all((r >= 0.0) & (r <= 1.0))
-        assert np.all(np.diff(r) <= 1e-12)  # same order as the raw scores
-        np.testing.assert_allclose(r, [relevance_from_score(s) for _, s in with_scores])
-
-
-def test_relevance_map_is_strictly_monotone_onto_unit_interval():
-    s = np.linspace(-1e3, 1e3, 20001)
-    r = np.array([relevance_from_score(float(x)) for x in s])
-    assert np.all(np.diff(r) > 0) and r[0] > 0 and r[-1] < 1
-    assert relevance_from_score(0.0) == 0.5 and relevance_from_score(1.0) == 0.75
+        q = corpus["queries"][j].astype(np.float64)
+        cos = (d @ q) / (np.linalg.norm(d, axis=1) * np.linalg.norm(q))
+        rel = store.similarity_search_with_relevance_scores(f"query {j}", k=10)
+        assert [int(x.id) for x, _ in rel] == brute(corpus, j, alpha, k=10)[0]  # ranked by score
+        want = np.clip(cos[[int(x.id) for x, _ in rel]], 0.0, 1.0)
+        np.testing.assert_allclose([r for _, r in rel], want, rtol=1e-5, atol=1e-6)
+        # a threshold keeps exactly the top-k documents whose cosine reaches it, at every alpha
+        kept = store.similarity_search_with_relevance_scores(f"query {j}", k=10, score_threshold=0.3)
+        assert [x.id for x, _ in kept] == [x.id for x, r in rel if r >= 0.3]
+    assert relevance_from_cosine(-0.2) == 0.0 and relevance_from_cosine(0.4) == 0.4
 
 
 def test_filters_apply_before_the_cut(corpus, emb):
@@ -176,7 +175,7 @@ def test_save_load_round_trip(tmp_path, corpus, emb):
     store.save_local(folder)
     store.save_local(folder)  # a second save replaces the first cleanly
     files = sorted(p.name for p in folder.iterdir())
-    assert len(files) == 2 and "normrank_store.json" in files
+    assert len(files) == 2 and "index.normrank.json" in files
     assert not list(folder.rglob("*.pkl")) and not list(folder.rglob("*.pickle"))
     loaded = NormRankVectorStore.load_local(folder, emb)
     assert loaded.alpha == -0.5 and len(loaded) == len(store)
@@ -198,7 +197,7 @@ def test_save_load_round_trip(tmp_path, corpus, emb):
 def test_load_rejects_corrupt_folder(tmp_path, emb):
     store = make_store(emb)
     store.save_local(tmp_path / "s")
-    path = tmp_path / "s" / "normrank_store.json"
+    path = tmp_path / "s" / "index.normrank.json"
     payload = json.loads(path.read_text())
     payload["index_dir"] = "../elsewhere"
     path.write_text(json.dumps(payload))
@@ -211,12 +210,14 @@ def test_load_rejects_corrupt_folder(tmp_path, emb):
         NormRankVectorStore.load_local(tmp_path / "nothing", emb)
 
 
-def test_save_rejects_non_json_metadata(tmp_path, emb):
-    store = NormRankVectorStore(emb)
-    store.add_texts(["doc 0"], [{"bad": object()}])
-    with pytest.raises(InvalidInputError):
-        store.save_local(tmp_path / "s")
-    assert not (tmp_path / "s" / "normrank_store.json").exists()
+@pytest.mark.parametrize(
+    "bad", [object(), datetime.date(2024, 1, 2), (1, 2), {1: "x"}, float("nan"), {"s": {3, 4}}]
+)
+def test_add_refuses_metadata_json_cannot_hold(emb, bad):
+    store = make_store(emb)
+    with pytest.raises(UnstorableMetadataError):
+        store.add_texts(["doc 0"], [{"bad": bad}], ids=["new"])
+    assert len(store) == N_DOCS and store.get_by_ids(["new"]) == []  # nothing changed
 
 
 def test_unit_norm_vectors_warn_once(corpus):

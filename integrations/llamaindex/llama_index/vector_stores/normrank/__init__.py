@@ -8,8 +8,13 @@ from llama_index.vector_stores.normrank.ingestion import (
     add_norm_metadata,
 )
 from llama_index.vector_stores.normrank.postprocessor import NormReweightPostprocessor
+from llama_index.vector_stores.normrank.retriever_kwargs import install as _route_retriever_kwargs
 
+from normrank.store import StoreNotFoundError
+from normrank.store_checks import UnknownArgumentError, UnstorableMetadataError
 from normrank.unit_norms import UnitNormWarning
+
+_route_retriever_kwargs()  # as_retriever(norm_alpha=...) reaches the store: see retriever_kwargs
 
 __all__ = [
     "NORM_KEY",
@@ -17,6 +22,9 @@ __all__ = [
     "NormRankEmbedding",
     "NormRankVectorStore",
     "NormReweightPostprocessor",
+    "StoreNotFoundError",
     "UnitNormWarning",
+    "UnknownArgumentError",
+    "UnstorableMetadataError",
     "add_norm_metadata",
 ]

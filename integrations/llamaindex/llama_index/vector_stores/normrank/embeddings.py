@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from normrank.errors import MissingDependencyError
+from normrank.store import encode_texts, load_normrank_encoder
+from normrank.store_checks import reject_unknown
 
 __all__ = ["NormRankEmbedding"]
-
-
-def load_normrank_encoder(name_or_path: str) -> Any:
-    """``normrank.encoders.load_encoder(name_or_path)``, imported lazily (it pulls in torch)."""
-    try:
-        from normrank.encoders import load_encoder
-    except ImportError as e:
-        raise MissingDependencyError(
-            "normrank's encoders need the model extras: pip install 'normrank[models]'"
-        ) from e
-    return load_encoder(name_or_path)
 
 
 class NormRankEmbedding(BaseEmbedding):
@@ -36,6 +25,8 @@ class NormRankEmbedding(BaseEmbedding):
     _encoder: Any = PrivateAttr(default=None)
 
     def __init__(self, model_name: str = "unknown", *, encoder: Any = None, **kwargs: Any) -> None:
+        fields = type(self).model_fields  # pydantic would drop an unknown (misspelt) field silently
+        reject_unknown({k: v for k, v in kwargs.items() if k not in fields}, fields, "NormRankEmbedding()")
         super().__init__(model_name=model_name, **kwargs)
         self._encoder = encoder
 
@@ -49,22 +40,14 @@ class NormRankEmbedding(BaseEmbedding):
             self._encoder = load_normrank_encoder(self.model_name)
         return self._encoder
 
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        out = np.asarray(
-            self.encoder.encode(list(texts), batch_size=self.encode_batch_size), dtype=np.float32
-        )
-        return out.reshape(len(texts), -1).tolist()
-
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._encode([query])[0]
+        return encode_texts(self.encoder, [query], self.encode_batch_size)[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._get_query_embedding(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        return self._encode([text])[0]
+        return encode_texts(self.encoder, [text], self.encode_batch_size)[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return self._encode(texts)
+        return encode_texts(self.encoder, texts, self.encode_batch_size)

@@ -9,6 +9,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode, TransformComponent
 
 from normrank.errors import InvalidInputError
+from normrank.store_checks import reject_unknown
 
 __all__ = ["NORM_KEY", "NormMetadataTransform", "add_norm_metadata"]
 
@@ -43,6 +44,11 @@ class NormMetadataTransform(TransformComponent):
     """``IngestionPipeline`` step (after the embedding model) calling :func:`add_norm_metadata`."""
 
     key: str = NORM_KEY
+
+    def __init__(self, **data: Any) -> None:
+        fields = type(self).model_fields  # pydantic would drop an unknown (misspelt) field silently
+        reject_unknown({k: v for k, v in data.items() if k not in fields}, fields, "NormMetadataTransform()")
+        super().__init__(**data)
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         return add_norm_metadata(nodes, key=self.key)

@@ -1,0 +1,411 @@
+"""The document-store core both framework adapters wrap (LangChain, LlamaIndex).
+
+A :class:`KeyedStore` maps the frameworks' string ids to int64 keys of one
+:class:`~normrank.NormIndex` and keeps one JSON record per id (text, metadata, whatever the
+adapter needs). It owns what the adapters would otherwise each re-implement: overwrite-by-id,
+the filtered widening search (exact filtered top-k), MMR, unit-norm detection, alpha checked by
+the index's own rule, and an atomic, pickle-free save whose load trusts nothing it reads.
+"""
+
+from __future__ import annotations
+
+import numbers
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from normrank import store_files
+from normrank.errors import (
+    CorruptIndexError,
+    DimensionMismatchError,
+    DuplicateIdError,
+    InvalidInputError,
+    InvalidParameterError,
+    MissingDependencyError,
+)
+from normrank.mmr import maximal_marginal_relevance
+from normrank.scoring import norm_weight
+from normrank.store_checks import check_alpha, check_json_value
+from normrank.unit_norms import all_unit, warn_unit_norms
+from normrank.validation import as_k, as_vectors
+
+__all__ = [
+    "MAX_STORE_KEY",
+    "Hit",
+    "KeyedStore",
+    "StoreBacked",
+    "StoreNotFoundError",
+    "encode_texts",
+    "load_normrank_encoder",
+]
+
+#: Keys stay far below int64 overflow whatever a store file claims.
+MAX_STORE_KEY = 2**62
+
+
+class StoreNotFoundError(CorruptIndexError, FileNotFoundError):
+    """Nothing was saved at the given place (also a ``FileNotFoundError``)."""
+
+
+def load_normrank_encoder(name_or_path: str) -> Any:
+    """``normrank.encoders.load_encoder(name_or_path)``, imported lazily (it pulls in torch)."""
+    try:
+        from normrank.encoders import load_encoder
+    except ImportError as e:
+        raise MissingDependencyError(
+            "normrank's encoders need the model extras: pip install 'normrank[models]'"
+        ) from e
+    return load_encoder(name_or_path)
+
+
+def encode_texts(encoder: Any, texts: Sequence[str], batch_size: int) -> list[list[float]]:
+    """Raw float32 embeddings of ``texts`` as lists, the form both frameworks pass around."""
+    if not texts:
+        return []
+    out = np.asarray(encoder.encode(list(texts), batch_size=batch_size), dtype=np.float32)
+    return out.reshape(len(texts), -1).tolist()
+
+
+class StoreBacked:
+    """Mixin for an adapter keeping its documents in a :class:`KeyedStore` at ``self._store``."""
+
+    def __len__(self) -> int:
+        return len(self._store)  # type: ignore[attr-defined]
+
+    def __bool__(self) -> bool:
+        # An empty store is still a store: frameworks test ``if vector_store:`` for presence.
+        return True
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: the string id, the norm-weighted score and its cosine component."""
+
+    id: str
+    score: float
+    cosine: float
+
+
+class KeyedStore:
+    """String ids and JSON records over one :class:`~normrank.NormIndex`.
+
+    Args:
+        alpha: default exponent (checked like ``NormIndex.search``'s: finite, within +-16).
+        factory: FAISS factory string of the index, built at the first add (it needs the dim).
+        dim: the embedding dimension, or ``None`` to take it from the first add.
+        alpha_name: what the adapter calls alpha, for messages (LlamaIndex: ``norm_alpha``).
+        raw_hint: how to get raw embeddings in that framework, for the unit-norm warning.
+
+    Adding an existing id replaces it. All methods hold one lock (the frameworks' async
+    variants run the sync ones in threads).
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.0,
+        factory: str = "Flat",
+        dim: int | None = None,
+        alpha_name: str = "alpha",
+        raw_hint: str = "",
+    ) -> None:
+        if not isinstance(factory, str):
+            raise InvalidParameterError(f"factory must be a FAISS factory string, got {factory!r}")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1):
+            raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
+        self.alpha_name = alpha_name
+        self.alpha = check_alpha(alpha, alpha_name)
+        self.factory = factory
+        self.dim = None if dim is None else int(dim)
+        self.raw_hint = raw_hint
+        self.index: Any = None  # normrank.NormIndex, created at the first add
+        self.records: dict[str, dict[str, Any]] = {}
+        self._key_of: dict[str, int] = {}
+        self._id_of: dict[int, str] = {}
+        self.next_key = 0
+        self.all_unit_so_far = True
+        self._warned_unit = False
+        self.lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.records
+
+    # ------------------------------------------------------------------ writing
+    def add(self, ids: Sequence[str], vectors: Any, records: Sequence[dict[str, Any]]) -> None:
+        """Add raw ``vectors`` (n, dim) under string ``ids`` with their JSON ``records``.
+
+        Everything is checked before anything changes: a rejected call leaves the store as it was.
+        """
+        n = len(ids)
+        if len(records) != n:
+            raise InvalidInputError(f"{n} ids but {len(records)} records")
+        if n == 0:
+            return
+        if len(set(ids)) != n:
+            raise DuplicateIdError("ids repeat within one add call")
+        for i, rec in enumerate(records):
+            check_json_value(rec, f"document {ids[i]!r}")
+        arr = np.asarray(vectors) if not isinstance(vectors, np.ndarray) else vectors
+        if arr.ndim != 2 or arr.shape[0] != n:
+            raise InvalidInputError(
+                f"expected ({n}, dim) embeddings, got shape {getattr(arr, 'shape', None)}"
+            )
+        with self.lock:
+            if self.dim is not None and arr.shape[1] != self.dim:
+                raise DimensionMismatchError(
+                    f"embeddings have dim {arr.shape[1]}, the store has dim {self.dim}"
+                )
+            arr = as_vectors(arr, arr.shape[1], what="embeddings")
+            if self.next_key + n > MAX_STORE_KEY:
+                raise InvalidInputError(
+                    "the store has used every key it can give; rebuild it from its documents"
+                )
+            if self.index is None:
+                from normrank import NormIndex
+
+                self.index = NormIndex(arr.shape[1], alpha=self.alpha, factory=self.factory)
+                self.dim = arr.shape[1]
+            keys = np.arange(self.next_key, self.next_key + n, dtype=np.int64)
+            self.index.add(arr, ids=keys)  # first: if the index refuses the batch, nothing changed
+            self.next_key += n
+            replaced = [self._key_of[s] for s in ids if s in self._key_of]
+            if replaced:
+                self.index.remove(np.asarray(replaced, dtype=np.int64))
+                for key in replaced:
+                    del self._id_of[key]
+            for sid, key, rec in zip(ids, keys.tolist(), records, strict=True):
+                self.records[sid] = rec
+                self._key_of[sid] = key
+                self._id_of[key] = sid
+            self.all_unit_so_far = self.all_unit_so_far and all_unit(self.index.norm_of(keys))
+            if self.all_unit_so_far and not self._warned_unit:
+                self._warned_unit = True
+                warn_unit_norms(self.alpha_name, self.raw_hint, stacklevel=5)
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Delete the ids that exist; returns how many were deleted."""
+        with self.lock:
+            sids = [s for s in dict.fromkeys(ids) if s in self.records]
+            if sids:
+                self.index.remove(np.asarray([self._key_of[s] for s in sids], dtype=np.int64))
+                for sid in sids:
+                    del self._id_of[self._key_of.pop(sid)]
+                    del self.records[sid]
+            return len(sids)
+
+    # ------------------------------------------------------------------ searching
+    def _query(self, vector: Any) -> np.ndarray:
+        q = np.asarray(vector)
+        if q.ndim != 1 or q.size == 0:
+            raise InvalidInputError(f"the query embedding must be one non-empty vector, got shape {q.shape}")
+        if self.dim is not None and q.shape[0] != self.dim:
+            raise DimensionMismatchError(f"query has dim {q.shape[0]}, the store has dim {self.dim}")
+        return q
+
+    def search(
+        self,
+        vector: Any,
+        k: int,
+        *,
+        alpha: float | None = None,
+        passes: Callable[[str], bool] | None = None,
+        fetch_k: int | None = None,
+    ) -> list[Hit]:
+        """Top-``k`` ids by cos·‖d‖^α among those for which ``passes(id)`` holds, best first.
+
+        With a filter the exact search widens (from ``fetch_k``, default ``max(4k, 64)``, four
+        times each round) until ``k`` ids pass or every document was scored, so the filtered
+        top-k is exactly the top-k of the filtered set.
+        """
+        k = as_k(k, 1)
+        a = self.alpha if alpha is None else check_alpha(alpha, self.alpha_name)
+        first = max(4 * k, 64) if fetch_k is None else max(as_k(fetch_k, 1), k)
+        q = self._query(vector)
+        with self.lock:
+            n = len(self.records)
+            if n == 0:
+                return []
+            want = min(n, k if passes is None else first)
+            while True:
+                scores, keys = self.index.search(q, want, alpha=a)
+                found = [
+                    (self._id_of[key], key, s)
+                    for key, s in zip(keys[0].tolist(), scores[0].tolist(), strict=True)
+                    if key >= 0 and (passes is None or passes(self._id_of[key]))
+                ]
+                if len(found) >= k or want >= n:
+                    break
+                want = min(n, want * 4)
+            found = found[:k]
+            if not found:
+                return []
+            weights = norm_weight(self.index.norm_of([key for _, key, _ in found]), a).astype(np.float64)
+        return [
+            Hit(sid, float(s), float(s) / w) for (sid, _, s), w in zip(found, weights.tolist(), strict=True)
+        ]
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """Raw vectors of ``ids`` (n, dim), float32."""
+        with self.lock:
+            if not ids:
+                return np.zeros((0, self.dim or 0), np.float32)
+            return np.stack([self.index.reconstruct(self._key_of[s]) for s in ids])
+
+    def mmr(
+        self,
+        vector: Any,
+        k: int,
+        *,
+        fetch_k: int,
+        lambda_mult: float,
+        alpha: float | None = None,
+        passes: Callable[[str], bool] | None = None,
+    ) -> list[Hit]:
+        """Maximal marginal relevance over the ``fetch_k`` best passing ids by cos·‖d‖^α
+        (:mod:`normrank.mmr`: that score as relevance, cosine between documents as redundancy)."""
+        k = as_k(k, 1)
+        lam = float(lambda_mult)
+        if not 0.0 <= lam <= 1.0:
+            raise InvalidParameterError(f"lambda_mult must lie in [0, 1], got {lambda_mult!r}")
+        with self.lock:
+            hits = self.search(vector, max(as_k(fetch_k, 1), k), alpha=alpha, passes=passes)
+            if not hits:
+                return []
+            vecs = self.vectors([h.id for h in hits])
+        chosen = maximal_marginal_relevance(np.asarray([h.score for h in hits]), vecs, lam, k)
+        return [hits[i] for i in chosen]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, json_path: Path, header: Mapping[str, Any]) -> None:
+        """Write the records to ``json_path`` and the index beside it, atomically (no pickle).
+
+        ``header`` holds the adapter's format name and version and anything else it keeps. A
+        failed save removes what it created; the previous save stays the committed one.
+        """
+        folder = json_path.parent
+        created = store_files.make_folder(folder)
+        name = None
+        try:
+            with self.lock:
+                if self.index is not None:
+                    name = store_files.new_index_dirname(json_path)
+                    self.index.save(folder / name)
+                payload = {
+                    **header,
+                    "alpha": self.alpha,
+                    "factory": self.factory,
+                    "dim": self.dim,
+                    "index_dir": name,
+                    "next_key": self.next_key,
+                    "all_unit_so_far": self.all_unit_so_far,
+                    "records": [
+                        {"id": s, "key": self._key_of[s], "record": r} for s, r in self.records.items()
+                    ],
+                }
+                store_files.write_json_atomic(json_path, payload)
+        except BaseException:
+            if name is not None:
+                shutil.rmtree(folder / name, ignore_errors=True)
+            store_files.remove_empty_folders(created)
+            raise
+        store_files.remove_stale_index_dirs(json_path, keep=name)
+
+    @classmethod
+    def load(
+        cls,
+        json_path: Path,
+        header: Mapping[str, Any],
+        *,
+        check_record: Callable[[dict[str, Any]], None],
+        alpha: float | None = None,
+        alpha_name: str = "alpha",
+        raw_hint: str = "",
+    ) -> tuple[KeyedStore, dict[str, Any]]:
+        """Read a :meth:`save`; every claim of the file is checked, or :class:`CorruptIndexError`.
+
+        ``header`` must match the file's; ``check_record`` raises (anything) for a record the
+        adapter cannot use. Returns the store and the whole payload (the adapter's own keys).
+        """
+        if not json_path.parent.is_dir():
+            raise StoreNotFoundError(
+                f"{json_path.parent} does not exist (or is not a folder): nothing was saved there"
+            )
+        if not json_path.is_file():
+            raise StoreNotFoundError(f"{json_path} not found: nothing was saved there")
+        payload = store_files.read_json(json_path)
+        where = f"{json_path}"
+        for key, value in header.items():
+            if payload.get(key) != value or type(payload.get(key)) is not type(value):
+                raise CorruptIndexError(f"{where}: {key} is {payload.get(key)!r}, expected {value!r}")
+        required = ("alpha", "factory", "dim", "index_dir", "next_key", "all_unit_so_far", "records")
+        missing = [k for k in required if k not in payload]
+        if missing:
+            raise CorruptIndexError(f"{where}: missing {', '.join(missing)}")
+        try:
+            saved_alpha = check_alpha(payload["alpha"], alpha_name)
+        except InvalidParameterError as e:
+            raise CorruptIndexError(f"{where}: saved alpha is impossible ({e})") from e
+        next_key, records = payload["next_key"], payload["records"]
+        if type(next_key) is not int or not 0 <= next_key <= MAX_STORE_KEY:
+            raise CorruptIndexError(f"{where}: next_key must be an integer in [0, 2**62], got {next_key!r}")
+        if not isinstance(payload["all_unit_so_far"], bool) or not isinstance(records, list):
+            raise CorruptIndexError(f"{where}: malformed all_unit_so_far or records")
+        try:
+            store = cls(
+                alpha=saved_alpha if alpha is None else alpha,
+                factory=payload["factory"],
+                dim=payload["dim"],
+                alpha_name=alpha_name,
+                raw_hint=raw_hint,
+            )
+        except InvalidParameterError as e:
+            if alpha is not None:
+                raise
+            raise CorruptIndexError(f"{where}: {e}") from e
+        for i, entry in enumerate(records):
+            if not isinstance(entry, dict) or set(entry) != {"id", "key", "record"}:
+                raise CorruptIndexError(f"{where}: record {i} is malformed")
+            sid, key, rec = entry["id"], entry["key"], entry["record"]
+            if (
+                not isinstance(sid, str)
+                or type(key) is not int
+                or not 0 <= key < next_key
+                or not isinstance(rec, dict)
+            ):
+                raise CorruptIndexError(
+                    f"{where}: record {i} has a bad id, key (must be below next_key) or body"
+                )
+            if sid in store.records or key in store._id_of:
+                raise CorruptIndexError(f"{where}: id {sid!r} or key {key} appears twice")
+            try:
+                check_json_value(rec, f"record {sid!r}")
+                check_record(rec)
+            except Exception as e:  # whatever the adapter finds unusable
+                raise CorruptIndexError(f"{where}: record {sid!r} cannot be used: {e}") from e
+            store.records[sid] = rec
+            store._key_of[sid] = key
+            store._id_of[key] = sid
+        store.next_key = next_key
+        store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
+        if payload["index_dir"] is not None:
+            from normrank import NormIndex
+
+            index_dir = store_files.checked_index_dir(json_path, payload["index_dir"])
+            if not index_dir.is_dir():
+                raise CorruptIndexError(f"{where}: its index folder {index_dir.name} is missing")
+            store.index = NormIndex.load(index_dir)
+            if store.dim != store.index.dim:
+                raise CorruptIndexError(f"{where}: dim {store.dim!r} but the index has dim {store.index.dim}")
+            store.index.alpha = store.alpha
+        have = set() if store.index is None else set(np.asarray(store.index.ids).tolist())
+        if have != set(store._id_of):
+            raise CorruptIndexError(f"{where}: the records and the index hold different ids")
+        return store, payload
