@@ -26,7 +26,7 @@ from normrank.errors import (
 )
 
 pytest.importorskip("qdrant_edge")
-from normrank.backends.qdrant_edge import QdrantEdgeNormIndex  # noqa: E402
+from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +130,9 @@ def test_real_hnsw_recall(cacm, tmp_path):
     x, q = cacm
     ref = NormIndex(x.shape[1])
     ref.add(x)
-    hnsw = QdrantEdgeNormIndex(tmp_path / "hnsw", x.shape[1], m=16, ef_construct=100, hnsw_ef=128, indexing_threshold_kb=1)
+    hnsw = QdrantEdgeNormIndex(
+        tmp_path / "hnsw", x.shape[1], m=16, ef_construct=100, hnsw_ef=128, indexing_threshold_kb=1
+    )
     hnsw.add(x)
     hnsw.optimize()
     assert hnsw.shard.info().indexed_vectors_count == x.shape[0]  # the graph exists
@@ -160,18 +162,11 @@ def syn(tmp_path_factory):
 
 
 @pytest.mark.parametrize("alpha", [-1.5, 1.0])
-def test_band_widens_until_the_bound_holds(syn, alpha, monkeypatch):
+def test_band_widens_until_the_bound_holds(syn, alpha):
     ei, ref, q, _ = syn
-    widened = []
-    band = QdrantEdgeNormIndex._band
-    monkeypatch.setattr(QdrantEdgeNormIndex, "_band", lambda self, a, t: widened.append(t) or band(self, a, t))
     s, ids = ei.search(q, 10, alpha=alpha)
     assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
-    first = widened[: q.shape[0]]
-    assert len(set(first)) == 1  # the first band, for every query
-    wider = widened[q.shape[0] :]
-    assert len(wider) >= q.shape[0] // 2 and min(wider) > first[0]  # widened, once per query
-    assert len(wider) <= q.shape[0]
+    assert q.shape[0] // 2 <= ei.last_widened <= q.shape[0]  # the widening path ran
 
 
 @pytest.mark.parametrize("alpha", [-1.5, 1.0])
@@ -182,6 +177,24 @@ def test_without_widening_the_answer_is_wrong(syn, alpha, monkeypatch):
     _, ids = ei.search(q, 10, alpha=alpha)
     _, rids = ref.search(q, 10, alpha=alpha)
     assert (ids != rids).any()
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_widened_ranges_are_asked_again_while_full(syn, alpha, monkeypatch):
+    """Ranges of the widened band that return their whole (here tiny) limit are asked again,
+    deeper, until the bound holds; without that the answer is wrong."""
+    from normrank.backends import qdrant_edge
+
+    ei, ref, q, _ = syn
+    monkeypatch.setattr(qdrant_edge, "_PART_LIMIT", 1)
+    calls = []
+    query = QdrantEdgeNormIndex._query
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: calls.append(len(r)) or query(self, r))
+    assert_same_top(*ei.search(q, 10, alpha=alpha), *ref.search(q, 10, alpha=alpha))
+    assert len(calls) > 3  # deeper and deeper
+    monkeypatch.setattr(qdrant_edge, "bound_holds", lambda *a: True)
+    _, ids = ei.search(q, 10, alpha=alpha)
+    assert (ids != ref.search(q, 10, alpha=alpha)[1]).any()
 
 
 def test_band_sizes_agree_with_the_engine_count(syn):
@@ -202,7 +215,7 @@ def test_per_query_alpha_and_single_queries(syn):
     alphas = np.linspace(-1.5, 1.0, q.shape[0])
     s, ids = ei.search(q, 10, alpha=alphas)
     assert_same_top(s, ids, *ref.search(q, 10, alpha=alphas))
-    s1, i1 = ei.search(q[3], 10, alpha=float(alphas[3]))
+    _s1, i1 = ei.search(q[3], 10, alpha=float(alphas[3]))
     np.testing.assert_array_equal(i1[0], ids[3])
 
 
@@ -394,7 +407,7 @@ def test_wrong_shapes_ids_and_parameters(small):
 
 
 def test_padding_and_empty(tmp_path, small):
-    ei, x, q = small
+    ei, _x, q = small
     s, ids = ei.search(q, 70, alpha=-1.0)
     assert (ids[:, :60] >= 0).all() and (ids[:, 60:] == -1).all() and np.isneginf(s[:, 60:]).all()
     empty = QdrantEdgeNormIndex(tmp_path / "e", 8)

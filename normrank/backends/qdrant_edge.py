@@ -22,6 +22,7 @@ bound holds. Only ``depth + k`` points come back to Python per query.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -32,7 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.ann import IdLookup, scan_needed
-from normrank.backends.norm_band import SCORE_RTOL, first_band, hnsw_params, search_depths
+from normrank.backends.norm_band import SCORE_RTOL, bound_holds, first_band, hnsw_params, search_depths
 from normrank.errors import (
     DimensionMismatchError,
     DuplicateIdError,
@@ -52,6 +53,11 @@ _CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into the shard folde
 _SCROLL_PAGE = 4096
 _MISSING_COS = -2.0  # below any cosine: the default score of a point a prefetch did not return
 _MISSING_SCORE = -3.4e38
+# Points of each range of a widened band returned in its first request (doubled while needed).
+_PART_LIMIT = 64
+# A widened band is searched in ranges of weights within this ratio (at most _MAX_RANGES).
+_RANGE_RATIO = 1.25
+_MAX_RANGES = 6
 
 
 def _qe() -> Any:
@@ -135,7 +141,9 @@ class QdrantEdgeNormIndex:
             if stored is None:
                 config = qe.EdgeConfig(
                     vectors=vectors,
-                    hnsw_config=qe.HnswIndexConfig(m=m, ef_construct=ef_construct, full_scan_threshold=10_000),
+                    hnsw_config=qe.HnswIndexConfig(
+                        m=m, ef_construct=ef_construct, full_scan_threshold=10_000
+                    ),
                     optimizers=qe.EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
                     payload_memory=qe.Memory.Cached,
                     max_search_threads=max_search_threads,
@@ -155,6 +163,7 @@ class QdrantEdgeNormIndex:
             raise IndexStateError(f"Qdrant Edge could not open {self.path}: {e}") from e
         self._lock = threading.RLock()
         self._closed = False
+        self.last_widened = 0
         self._load_mirror()
 
     # -- the in-memory mirror of ids, norms and weights ------------------------------------
@@ -305,7 +314,9 @@ class QdrantEdgeNormIndex:
         except (RuntimeError, ValueError, OSError) as e:
             raise IndexStateError(f"Qdrant Edge refused the update: {e}") from e
 
-    def add(self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None) -> np.ndarray:
+    def add(
+        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+    ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids (default: after the largest).
 
         One engine update: the whole batch is in the shard's log when this returns, or none of
@@ -367,13 +378,17 @@ class QdrantEdgeNormIndex:
             else:
                 order = as_ids(ids, np.asarray(ids).shape[0])
                 if order.size != self.ntotal:
-                    raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {order.size}")
+                    raise InvalidInputError(
+                        f"weights must cover all {self.ntotal} documents, got {order.size}"
+                    )
                 w = _check_weights(weights, order.size)
             full = np.empty(self.ntotal, dtype=np.float32)
             full[self._positions(order)] = w
             points = [
                 qe.Point(id=int(i), vector=v, payload=_payload(nv, wv))
-                for i, v, nv, wv in zip(self._ids, self._unit_vectors(self._ids), self._norms, full, strict=True)
+                for i, v, nv, wv in zip(
+                    self._ids, self._unit_vectors(self._ids), self._norms, full, strict=True
+                )
             ]
             self._update(qe.UpdateOperation.upsert_points(points))
             self._set_mirror(self._ids, self._norms, full)
@@ -401,12 +416,14 @@ class QdrantEdgeNormIndex:
     def _params(self) -> dict[str, int]:
         return hnsw_params(None if self.exact else self.hnsw_ef)
 
-    def _band_filter(self, alpha: float, edge: float | None) -> Any:
-        """Points strictly beyond ``edge`` on the side alpha favours (``None``: every point)."""
-        if edge is None:
-            return None
+    def _band_filter(self, alpha: float, edge: float | None, inner: float | None = None) -> Any:
+        """Points strictly beyond ``edge`` on the side alpha favours (``None``: no limit), and,
+        with ``inner``, not strictly beyond ``inner`` (the part of a band outside a smaller one)."""
         qe = _qe()
-        rng = qe.RangeFloat(gt=edge) if alpha > 0 else qe.RangeFloat(lt=edge)
+        lo, hi = (edge, inner) if alpha > 0 else (inner, edge)  # norms in (lo, hi] or [lo, hi)
+        rng = qe.RangeFloat(gt=lo, lte=hi) if alpha > 0 else qe.RangeFloat(gte=lo, lt=hi)
+        if lo is None and hi is None:
+            return None
         return qe.Filter(must=[qe.FieldCondition(key=self._key(), range=rng)])
 
     def _key(self) -> str:
@@ -421,19 +438,32 @@ class QdrantEdgeNormIndex:
             return n, None
         base = self._order(1 if alpha > 0 else -1)[1]
         edge = float(base[t])
-        size = int(np.searchsorted(-base, -edge, "left") if alpha > 0 else np.searchsorted(base, edge, "left"))
+        size = int(
+            np.searchsorted(-base, -edge, "left") if alpha > 0 else np.searchsorted(base, edge, "left")
+        )
         return size, edge
 
-    def _request(self, vec: list[float], k: int, alpha: float, depth: int, band: int, edge: float | None) -> Any:
+    def _search_params(self) -> Any:
+        qe = _qe()
+        return qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
+
+    def _weight_expr(self, alpha: float) -> Any:
+        ex = _qe().Expression
+        return ex.Pow(ex.Variable(self._key()), ex.Constant(alpha))
+
+    def _request(
+        self, vec: list[float], k: int, alpha: float, depth: int, band: int, edge: float | None
+    ) -> Any:
+        """First round: the ``depth`` best cosines and the first band (whole, reduced to its
+        top-k in the engine), scored by the formula; ``depth + k`` points come back."""
         qe = _qe()
         ex = qe.Expression
-        params = qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
+        params = self._search_params()
         if alpha == 0:
             return qe.QueryRequest(limit=k, query=qe.Query.Nearest(vec), params=params)
-        weight = ex.Pow(ex.Variable(self._key()), ex.Constant(alpha))
+        weight = self._weight_expr(alpha)
         prefetch = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vec), params=params)]
         if band:
-            # The band, scanned exactly (however wide it is), reduced in the engine to its top-k.
             scan = qe.Prefetch(
                 limit=band,
                 query=qe.Query.Nearest(vec),
@@ -441,13 +471,113 @@ class QdrantEdgeNormIndex:
                 params=qe.SearchParams(exact=True),
             )
             prefetch.append(
-                qe.Prefetch(limit=k, query=qe.Formula(ex.Mult([ex.Variable("$score"), weight])), prefetches=[scan])
+                qe.Prefetch(
+                    limit=k, query=qe.Formula(ex.Mult([ex.Variable("$score"), weight])), prefetches=[scan]
+                )
             )
         score = ex.Mult([ex.Variable("$score[0]"), weight])
         if band:
             score = ex.Max([score, ex.Variable("$score[1]")])
         formula = qe.Formula(score, defaults={"$score[0]": _MISSING_COS, "$score[1]": _MISSING_SCORE})
         return qe.QueryRequest(limit=depth + k, query=formula, prefetches=prefetch)
+
+    def _ranges(self, alpha: float, first: tuple[int, float | None], need: int) -> list[list]:
+        """The part of the widened band (weight order, from the first band's end to ``need``)
+        cut into ranges whose weights differ by at most ``_RANGE_RATIO``, so that each gets
+        its own cosine threshold (``kth / w_max`` of the range: far tighter than one threshold
+        for the whole part where weights spread, as at alpha > 0 on real norms). Each range is
+        ``[size, edge, inner_edge, w_max, rank_start, limit]``."""
+        w_sorted, neg_w = self._sorted_weights(alpha)
+        n = self.ntotal
+        start = first[0]
+        w_hi, w_lo = float(w_sorted[start]), float(w_sorted[min(need, n) - 1])
+        parts = int(min(_MAX_RANGES, max(1, np.ceil(np.log(max(w_hi / w_lo, 1.0)) / np.log(_RANGE_RATIO)))))
+        cuts = [int(np.searchsorted(neg_w, -t, "left")) for t in np.geomspace(w_hi, w_lo, parts + 1)[1:-1]]
+        bounds = [first] + [self._band(alpha, c) for c in cuts] + [self._band(alpha, need)]
+        out = []
+        for (s0, e0), (s1, e1) in itertools.pairwise(bounds):
+            if s1 > s0:
+                w_max = float(self._order(1 if alpha > 0 else -1)[1][s0] ** alpha)
+                out.append([s1 - s0, e1, e0 if s0 else None, w_max, s0, min(s1 - s0, _PART_LIMIT)])
+        return out
+
+    def _widening_request(
+        self, vec: list[float], k: int, alpha: float, ranges: list[list], kth: float
+    ) -> Any:
+        """Second round: each range of the widened band, by cosine, only its points with
+        cosine >= ``kth / w_max`` (``w_max``: the range's largest weight; the others score
+        below the k-th score found already), at most its ``limit``, scored by the formula.
+        Exact when the engine scans (exact search, or a range below the HNSW full-scan
+        threshold); through the filtered HNSW graph otherwise."""
+        qe = _qe()
+        ex = qe.Expression
+        prefetch = []
+        for _size, edge, inner, w_max, _rank, limit in ranges:
+            # (A hair low, against float32 rounding; none for kth <= 0, where a negative cosine
+            # times a small weight can still reach it.)
+            threshold = (kth - SCORE_RTOL * abs(kth)) / w_max if kth > 0 else None
+            prefetch.append(
+                qe.Prefetch(
+                    limit=limit,
+                    query=qe.Query.Nearest(vec),
+                    filter=self._band_filter(alpha, edge, inner=inner),
+                    params=self._search_params(),
+                    score_threshold=threshold,
+                )
+            )
+        names = [f"$score[{j}]" for j in range(len(prefetch))]
+        cos = ex.Max([ex.Variable(v) for v in names]) if len(names) > 1 else ex.Variable("$score")
+        formula = qe.Formula(
+            ex.Mult([cos, self._weight_expr(alpha)]), defaults=dict.fromkeys(names, _MISSING_COS)
+        )
+        return qe.QueryRequest(limit=sum(r[5] for r in ranges), query=formula, prefetches=prefetch)
+
+    def _rank(self, sign: int) -> np.ndarray:
+        """Weight-order rank of each storage position."""
+        got = self._derived.get(("rank", sign))
+        if got is None:
+            order = self._order(sign)[0]
+            got = self._derived[("rank", sign)] = np.empty_like(order)
+            got[order] = np.arange(order.size)
+        return got
+
+    def _widen(self, vecs, k, alphas, wide, scores, ids) -> None:
+        """Second round for the queries in ``wide`` (query -> ranges). A range that returns its
+        whole ``limit`` may hold more points above its threshold: those have cosine at most the
+        last one returned, so unless the k-th score already beats that times the range's
+        ``w_max``, the range is asked again, twice as deep."""
+        pending = dict(wide)
+        while pending:
+            order = list(pending)
+            reqs = [
+                self._widening_request(vecs[i], k, float(alphas[i]), pending[i], float(scores[i, -1]))
+                for i in order
+            ]
+            nxt = {}
+            for i, pts in zip(order, self._query(reqs), strict=True):
+                _merge_into(scores[i], ids[i], pts)
+                ranges = pending[i]
+                if not any(len(pts) >= r[5] and r[5] < r[0] for r in ranges):
+                    continue  # no range returned its whole limit (the usual case)
+                a = float(alphas[i])
+                pos = self._lookup()(np.array([int(p.id) for p in pts], dtype=np.int64))
+                cos = (
+                    np.array([p.score for p in pts], dtype=np.float64)
+                    / self._base()[pos].astype(np.float64) ** a
+                )
+                rank = self._rank(1 if a > 0 else -1)[pos]
+                w_min = float(self._sorted_weights(a)[0][-1])
+                again = []
+                for r in ranges:
+                    size, _edge, _inner, w_max, r0, limit = r
+                    mine = (rank >= r0) & (rank < r0 + size)
+                    if limit >= size or mine.sum() < limit:
+                        continue
+                    if not bound_holds(float(scores[i, -1]), float(cos[mine].min()), w_max, w_min):
+                        again.append([*r[:5], min(size, 2 * limit)])
+                if again:
+                    nxt[i] = again
+            pending = nxt
 
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
@@ -464,6 +594,7 @@ class QdrantEdgeNormIndex:
         unit_q, _ = split_norms(queries, what="queries")
         with self._lock:
             self._check_open()
+            self.last_widened = 0  # queries whose band was widened (for benchmarks and tuning)
             n = self.ntotal
             if n == 0:
                 return scores, ids
@@ -472,26 +603,23 @@ class QdrantEdgeNormIndex:
             t0 = first_band(n, params, self.n_tail)
             vecs = unit_q.tolist()
             bands = [self._band(float(a), t0) if a != 0 else (0, None) for a in alphas]
-            active = list(range(nq))
-            for _ in range(3):  # a widened band holds; the third round is only a safety net
-                if not active:
-                    break
-                reqs = [self._request(vecs[i], k, float(alphas[i]), depth, *bands[i]) for i in active]
-                results = self._query(reqs)
-                still = []
-                for i, pts in zip(active, results, strict=True):
-                    got = pts[:k]
-                    scores[i, : len(got)] = [p.score for p in got]
-                    ids[i, : len(got)] = [int(p.id) for p in got]
-                    a = float(alphas[i])
-                    need = None if a == 0 else self._band_needed(pts, k, a, depth, trust, bands[i][0])
-                    if need is not None:
-                        bands[i] = self._band(a, need)
-                        still.append(i)
-                active = still
-            else:
-                if active:
-                    raise IndexStateError("the band bound did not converge (the shard changed during search?)")
+            results = self._query(
+                [self._request(vecs[i], k, float(alphas[i]), depth, *bands[i]) for i in range(nq)]
+            )
+            wide = {}
+            for i, pts in enumerate(results):
+                got = pts[:k]
+                scores[i, : len(got)] = [p.score for p in got]
+                ids[i, : len(got)] = [int(p.id) for p in got]
+                a = float(alphas[i])
+                need = None if a == 0 else self._band_needed(pts, k, a, depth, trust, bands[i][0])
+                if need is not None:
+                    wide[i] = self._ranges(a, bands[i], need)
+            if wide:
+                # The bound holds with the widened band (the k-th score can only rise): one more
+                # round, for the queries that need it, over the part of the band not yet seen.
+                self.last_widened = len(wide)
+                self._widen(vecs, k, alphas, wide, scores, ids)
         return scores, ids
 
     def _query(self, reqs: list[Any]) -> list[list[Any]]:
@@ -507,9 +635,9 @@ class QdrantEdgeNormIndex:
         """None when the bound holds; otherwise how many documents, in weight order, the band
         must hold for it to (:func:`normrank.ann.scan_needed`).
 
-        ``pts`` are ``A`` (the ``depth`` best cosines) and the band's top-``k``. Their cosines are
+        ``pts`` are the ``depth`` best cosines and the band's top-``k``. Their cosines are
         recovered from the scores and the mirrored weights; the ``trust``-th largest of them is at
-        least the ``trust``-th of ``A``, so bounding with it is safe."""
+        least the ``trust``-th of the cosine prefetch, so bounding with it is safe."""
         n = self.ntotal
         if band >= n or depth >= n:  # every point was fetched
             return None
@@ -527,6 +655,16 @@ class QdrantEdgeNormIndex:
         kth_safe = np.array([kth - SCORE_RTOL * abs(kth)])
         need = int(scan_needed(kth_safe, np.array([c_trust]), neg_w, float(w_sorted[-1]))[0])
         return None if need <= band else need
+
+
+def _merge_into(scores: np.ndarray, ids: np.ndarray, pts: list) -> None:
+    """Merge the second round's points into one query's sorted top-k row (a point met in both
+    rounds has the same score in both: keep it once)."""
+    have = set(ids[ids >= 0].tolist())
+    s = np.concatenate([scores, np.array([p.score for p in pts if int(p.id) not in have], dtype=np.float32)])
+    i = np.concatenate([ids, np.array([int(p.id) for p in pts if int(p.id) not in have], dtype=np.int64)])
+    order = np.argsort(-s, kind="stable")[: scores.size]
+    scores[:], ids[:] = s[order], i[order]
 
 
 def _payload(norm: float, weight: float | None) -> dict[str, float]:
