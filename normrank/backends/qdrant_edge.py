@@ -2,22 +2,29 @@
 
 Qdrant Edge (``qdrant-edge-py``) is Qdrant's engine embedded in the process: the server's
 segments, HNSW, payload indexes and formula code, stored in one shard folder. Unit vectors go
-in a cosine shard, the raw norm in each point's payload (``"norm"``, with a float index), and
-a search is one engine query per query vector (sent together with ``query_batch``):
+in a cosine shard, the raw norm in each point's payload (``"norm"``, with a float index). The
+method is that of :mod:`normrank.ann` and the client backend: a band of extreme norms on the
+side alpha favours, searched exactly, plus the best cosines of the rest, until the bound
+(:func:`normrank.ann.unseen_bound`) proves that nothing unseen can beat the k-th score. Every
+score is computed by the engine's formula ``$score * norm**alpha``. Per query (sent together
+with ``query_batch``):
 
-* prefetch ``A``: the ``depth`` best cosines (HNSW at ``hnsw_ef``, or exact);
-* prefetch ``B``: the band of extreme norms on the side alpha favours (the lowest for
-  ``alpha < 0``, the highest for ``alpha > 0``), filtered on the norm index and scanned
-  exactly, reduced in the engine to its top-``k`` by ``$score * norm**alpha``;
-* the query: ``max($score[0] * norm**alpha, $score[1])``, so a point in both counts once.
+1. **First round**: the ``depth`` best cosines (HNSW at ``hnsw_ef``, or exact) and, if
+   ``n_tail`` asks for one, a first band (norm-range filter, exact scan, reduced to its top-k
+   in the engine), scored by the formula. ``depth + k`` points come back.
+2. The bound: with ``c_T`` the cosine at the trusted rank and ``kth`` the k-th score, the band
+   must hold every document whose weight could lift ``c_T`` past ``kth``:
+   :func:`normrank.ann.scan_needed` over the sorted weights (norms are mirrored in memory,
+   read from the shard when it is opened, so no count query is needed).
+3. **Second round**, for the queries that need it: the rest of that band, cut into ranges of
+   similar weight, each searched by cosine with the threshold ``kth / w_max`` of its range
+   (its other points score below the k-th score already) and a small limit, doubled while a
+   range comes back full and its own bound does not hold. The engine's cost grows with a
+   prefetch's limit, so thresholds and small limits are what keep this round cheap.
 
-The first band, depths and bound are :mod:`normrank.backends.norm_band`'s (those of the FAISS
-ANN search, :mod:`normrank.ann`). Norms are mirrored in memory (read from the shard when it is
-opened), so the band for a given edge is known without a count query, and the edge a query
-needs is :func:`normrank.ann.scan_needed` over the sorted weights: when the k-th score does not
-beat ``c_T * w_edge`` (``c_T``: the cosine at the trusted rank of ``A``; ``w_edge``: the
-largest weight outside the band), the query runs once more with the band widened to where the
-bound holds. Only ``depth + k`` points come back to Python per query.
+Exactness: with ``exact=True`` the ranking is exact. With HNSW it is exact up to what the
+graph returns (the trusted cosine prefetch; ranges above Qdrant's full-scan threshold are
+searched through the filtered graph), as for FAISS ANN indexes.
 """
 
 from __future__ import annotations
@@ -91,7 +98,11 @@ class QdrantEdgeNormIndex:
         exact: search with ``SearchParams(exact=True)`` (brute force in the engine): the
             ranking is then exact.
         k_factor: the cosine prefetch is at least ``k * k_factor`` deep.
-        n_tail: size of the first extreme-norm band (default: that of :mod:`normrank.ann`).
+        n_tail: size of the first extreme-norm band, prefetched whole with every query.
+            ``0`` (default): none; each query's bound sets its band, searched in a second
+            round with cosine thresholds, which costs the engine less than a blind band does
+            (measured in docs/qdrant.md). ``None``: the first band of :mod:`normrank.ann`
+            (:func:`normrank.backends.norm_band.first_band`).
         indexing_threshold_kb: segments above this size get an HNSW graph when
             :meth:`optimize` runs (Qdrant's default 10,000 KB when None).
         max_search_threads: the engine's search thread pool (default: from the CPU count).
@@ -115,7 +126,7 @@ class QdrantEdgeNormIndex:
         hnsw_ef: int = 128,
         exact: bool = False,
         k_factor: int = 10,
-        n_tail: int | None = None,
+        n_tail: int | None = 0,
         indexing_threshold_kb: int | None = None,
         max_search_threads: int | None = None,
     ) -> None:
