@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -285,19 +286,23 @@ _CHILD = textwrap.dedent(
 )
 
 
-def test_sigkill_during_add_keeps_every_acknowledged_point(tmp_path):
-    """A process killed (SIGKILL) while adding: reopening returns every batch whose add had
-    returned, with its norms, and batches are whole (one add is one engine update)."""
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigkill_during_add_keeps_every_acknowledged_point(tmp_path, seed):
+    """A process killed (SIGKILL) at a random moment while adding: reopening returns every
+    batch whose add had returned, with its norms, and batches are whole (one add is one engine
+    update)."""
     path = tmp_path / "k"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env
     )
-    acked = -1
+    acked, times = -1, []
     try:
         for line in child.stdout:
-            acked = int(line)
+            acked, times = int(line), [*times, time.perf_counter()]
             if acked >= 3:
+                # Somewhere inside the next add (an add takes about one ack interval).
+                time.sleep(np.random.default_rng(seed).uniform(0, times[-1] - times[-2]))
                 break
     finally:
         child.send_signal(signal.SIGKILL)
