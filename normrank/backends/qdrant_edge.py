@@ -459,8 +459,13 @@ class QdrantEdgeNormIndex:
         return qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
 
     def _weight_expr(self, alpha: float) -> Any:
-        ex = _qe().Expression
-        return ex.Pow(ex.Variable(self._key()), ex.Constant(alpha))
+        """``key ** alpha``, built once per (key, alpha): expressions are immutable values."""
+        key = ("expr", self._key(), alpha)
+        got = self._derived.get(key)
+        if got is None:
+            ex = _qe().Expression
+            got = self._derived[key] = ex.Pow(ex.Variable(self._key()), ex.Constant(alpha))
+        return got
 
     def _request(
         self, vec: list[float], k: int, alpha: float, depth: int, band: int, edge: float | None
@@ -503,7 +508,10 @@ class QdrantEdgeNormIndex:
         start = first[0]
         w_hi, w_lo = float(w_sorted[start]), float(w_sorted[min(need, n) - 1])
         parts = int(min(_MAX_RANGES, max(1, np.ceil(np.log(max(w_hi / w_lo, 1.0)) / np.log(_RANGE_RATIO)))))
-        cuts = [int(np.searchsorted(neg_w, -t, "left")) for t in np.geomspace(w_hi, w_lo, parts + 1)[1:-1]]
+        # Cut where the weight has fallen by equal ratios (plain floats: numpy's per-call
+        # overhead would be most of a single query's Python time).
+        step = (w_lo / w_hi) ** (1.0 / parts)
+        cuts = [int(np.searchsorted(neg_w, -w_hi * step**j, "left")) for j in range(1, parts)]
         bounds = [first] + [self._band(alpha, c) for c in cuts] + [self._band(alpha, need)]
         out = []
         for (s0, e0), (s1, e1) in itertools.pairwise(bounds):
