@@ -263,11 +263,11 @@ def test_reopen_after_close_returns_points_norms_and_weights(tmp_path):
     ref.set_weights(w, keep)
     assert_same_top(*third.search(q, 10, alpha=1.0), *ref.search(q, 10, alpha=1.0))
     third.clear_weights()
-    assert_same_top(*third.search(q, 10, alpha=1.0), *NormIndex_search(x[keep], keep, q, 1.0))
+    assert_same_top(*third.search(q, 10, alpha=1.0), *exact_search(x[keep], keep, q, 1.0))
     third.close()
 
 
-def NormIndex_search(x, ids, q, alpha):
+def exact_search(x, ids, q, alpha):
     ref = NormIndex(x.shape[1])
     ref.add(x, ids)
     return ref.search(q, 10, alpha=alpha)
