@@ -420,3 +420,15 @@ def test_padding_and_empty(tmp_path, small):
     assert (ids == -1).all() and np.isneginf(s).all()
     assert empty.search(np.empty((0, 8), np.float32), 3)[1].shape == (0, 3)
     empty.close()
+
+
+def test_opening_a_shard_written_by_something_else(tmp_path):
+    """A point without a norm (written straight to the shard) is refused with a typed error."""
+    import qdrant_edge as qe
+
+    ei = QdrantEdgeNormIndex(tmp_path / "o", 4)
+    ei.add(np.eye(4, dtype=np.float32) + 0.1)
+    ei.shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=99, vector=[1.0, 0, 0, 0], payload={})]))
+    ei.close()
+    with pytest.raises(IndexStateError):
+        QdrantEdgeNormIndex(tmp_path / "o")

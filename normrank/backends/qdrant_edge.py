@@ -199,9 +199,15 @@ class QdrantEdgeNormIndex:
                 qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=False)
             )
             for r in recs:
+                payload = r.payload or {}
+                if not isinstance(r.id, int) or not isinstance(payload.get(_NORM), float | int):
+                    raise IndexStateError(
+                        f"point {r.id!r} in {self.path} has no integer id or no {_NORM!r} payload: "
+                        "not a shard written by QdrantEdgeNormIndex"
+                    )
                 ids.append(int(r.id))
-                norms.append(r.payload[_NORM])
-                weights.append(r.payload.get(_WEIGHT))
+                norms.append(payload[_NORM])
+                weights.append(payload.get(_WEIGHT))
             if offset is None:
                 break
         have = [w is not None for w in weights]
