@@ -7,7 +7,10 @@ One run measures:
     plain FAISS search with the same nprobe / efSearch, on real MiniLM embeddings of the BEIR
     corpora and on a larger set generated to match their statistics; the alternatives evaluated
     to choose it appear as ``faiss-ivf/overfetch``, ``.../no-tail``, ``.../banded``, ``.../baked``;
-  * qdrant-local: QdrantNormIndex vs a plain Qdrant query on the same local-mode collection.
+  * qdrant-local: QdrantNormIndex vs a plain Qdrant query on the same collection in
+    qdrant-client's local mode, which evaluates formula queries in Python (not Qdrant's engine);
+  * qdrant-edge (``--only qdrant-edge``, benchmarks/qdrant_edge_bench.py): QdrantEdgeNormIndex vs
+    a plain Qdrant Edge nearest query on the same shard and HNSW parameters (Qdrant's engine).
 
 Recall is against the exact norm-weighted top-10 (numpy; tied scores count alike, see
 ``recall``). Latency ratios are medians over interleaved repetitions (the machine may be
@@ -354,6 +357,7 @@ def bench_qdrant(x, q, alphas, reps, rows, label) -> None:
         rows.append(
             dict(
                 backend="qdrant-local",
+                measures="qdrant-client local mode (formula evaluated in Python, not Qdrant's engine)",
                 alpha=a,
                 nq=q.shape[0],
                 recall_at_10=recall(got, ref),
@@ -474,6 +478,20 @@ def main() -> None:
             rows,
             f"minilm-like-{m // 1000}k",
             evaluate_alternatives=m <= 20_000,
+        )
+    if "qdrant-edge" in only:
+        from qdrant_edge_bench import bench_edge
+
+        edge_reps = 3 * reps  # cheap per repetition; the spread is reported
+        bench_edge(docs, queries, alphas, edge_reps, rows, real_label, single_queries=SINGLE_QUERIES)
+        edge_n = args.synthetic_n or 100_000
+        xe, qe_ = (
+            syn
+            if syn is not None and syn[0].shape[0] == edge_n
+            else synthetic_like(docs, queries, edge_n, 1000, seed=2)
+        )
+        bench_edge(
+            xe, qe_, alphas, edge_reps, rows, f"minilm-like-{edge_n // 1000}k", single_queries=SINGLE_QUERIES
         )
     if "qdrant" in only:
         m = 3000 if quick else 10000

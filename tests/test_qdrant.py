@@ -90,3 +90,18 @@ def test_add_remove_errors_and_padding():
     s, ids = qi.search(q, 25, alpha=-1.0)
     assert (ids[:, :19] >= 0).all() and (ids[:, 19:] == -1).all() and np.isneginf(s[:, 19:]).all()
     assert 5 not in ids
+
+
+def test_requests_are_the_servers_rest_models(pair):
+    """A client by URL sends exactly these objects: qdrant-client's REST models (the classes
+    its HTTP transport serialises), with the prefetches and the formula in the JSON body."""
+    from qdrant_client.http import models as rest
+
+    qi, _, q = pair
+    req = qi._request(q[0], 10, -1.0, 100, 0.9, 20)
+    assert isinstance(req, rest.QueryRequest)
+    assert all(isinstance(p, rest.Prefetch) for p in req.prefetch)
+    assert isinstance(req.query, rest.FormulaQuery)
+    body = rest.QueryRequestBatch(searches=[req]).model_dump_json(exclude_none=True)
+    assert '"formula"' in body and '"prefetch"' in body and '"pow"' in body
+    assert rest.QueryRequestBatch.model_validate_json(body).searches[0] == req

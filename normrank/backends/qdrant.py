@@ -5,7 +5,8 @@ A search is one Qdrant query per query vector: prefetch cosine candidates, then 
 ``FormulaQuery`` computes ``$score * norm**alpha`` on the server. Which points to prefetch
 follows :mod:`normrank.ann`: a band of extreme norms on the side alpha favours (the lowest for
 ``alpha < 0``, the highest for ``alpha > 0``) is prefetched whole, with the ``k * k_factor``
-best cosines of the rest. The first band is the cached ``n_tail`` extremes; when the k-th score
+best cosines of the rest. The first band is the cached ``n_tail`` extremes (by default the size
+:mod:`normrank.ann` uses, :func:`normrank.backends.norm_band.first_band`); when the k-th score
 does not beat the bound on everything else (last cosine of the rest times the largest weight
 outside the band), the band edge is read off the bound, the band is counted, and the query runs
 once more with it. The same code runs on local mode (``QdrantClient(":memory:")``, which
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.ann import unseen_bound
+from normrank.backends.norm_band import bound_holds, first_band, hnsw_params
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
 from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
 
@@ -49,8 +50,9 @@ class QdrantNormIndex:
         client: a ``qdrant_client.QdrantClient`` (local mode or a server/cluster URL).
         collection: collection name; created (cosine, ``dim``) if it does not exist.
         k_factor: the cosine prefetch outside the band is ``k * k_factor`` deep.
-        n_tail: size of the first extreme-norm band, prefetched whole (default ~1% of the
-            points, <= 2048); widened per query where the bound needs it.
+        n_tail: size of the first extreme-norm band, prefetched whole (default: as
+            :mod:`normrank.ann`, ~1/30 of the points, <= 2048); widened per query where the
+            bound needs it.
         shard_number / replication_factor: passed to ``create_collection`` for a new collection.
 
     ``search`` returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
@@ -116,7 +118,9 @@ class QdrantNormIndex:
     def _norm_stats(self) -> dict[str, float]:
         if self._stats is None:
             n = len(self)
-            t = min(2048, max(64, n // 100)) if self.n_tail is None else int(self.n_tail)
+            # The same first band as the FAISS ANN search; this backend sets no hnsw_ef (the
+            # collection's own), so the cap is that of an exact search.
+            t = first_band(n, hnsw_params(None), self.n_tail)
             if n <= 2 * t + 2:
                 t = 0
             lo = self._ordered_norms("asc", t + 1)
@@ -290,8 +294,7 @@ class QdrantNormIndex:
         w_lo = min(st["min"] ** alpha, st["max"] ** alpha)
         c_last = float(np.min(s[rest] / norms[rest] ** alpha))
         kth = s[k - 1] if len(pts) >= k else -np.inf
-        # Scores come back as float32: allow for their rounding.
-        if kth >= unseen_bound(np.array(c_last), w_edge, w_lo) + 1e-6 * abs(kth):
+        if bound_holds(kth, c_last, w_edge, w_lo):
             return None
         everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
         if c_last <= 0 or kth <= 0:  # the bound cannot shrink: every point goes in the band

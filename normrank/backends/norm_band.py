@@ -1,0 +1,53 @@
+"""What the Qdrant backends (client and Edge) share with :mod:`normrank.ann`: one definition of
+the first band, the cosine depths, and the bound test.
+
+The method is :mod:`normrank.ann`'s: a band of extreme norms on the side alpha favours is
+fetched whole (a norm-range filter in Qdrant, a weight-order scan in FAISS) together with the
+best cosines of the rest; nothing unseen can beat the k-th score once it reaches
+:func:`normrank.ann.unseen_bound` of the trusted cosine and the largest weight outside the
+band. The sizes below are those of :mod:`normrank.ann`, with a Qdrant ``hnsw_ef`` standing in
+for FAISS's ``efSearch``, so that "the same method" means the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normrank.ann import default_band_start, default_start, default_trust_depth, unseen_bound
+
+__all__ = ["bound_holds", "first_band", "hnsw_params", "search_depths"]
+
+# Qdrant returns float32 scores: a bound within this relative distance of the k-th score is
+# treated as not holding (the band is widened rather than trusted on a rounding).
+SCORE_RTOL = 1e-6
+
+
+def hnsw_params(hnsw_ef: int | None) -> dict[str, int]:
+    """:func:`normrank.ann.ann_params` of a Qdrant search: ``{"efSearch": hnsw_ef}``, or ``{}``
+    for an exact search (every cosine fetched is the true one, as for a flat index)."""
+    return {} if hnsw_ef is None else {"efSearch": int(hnsw_ef)}
+
+
+def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int:
+    """Size of the first extreme-norm band: :func:`normrank.ann.default_band_start` (~1/30 of
+    the documents, at most 8 x ``hnsw_ef``, at most 2048 for an exact search), or ``n_tail``."""
+    return int(min(n, default_band_start(n, params) if n_tail is None else int(n_tail)))
+
+
+def search_depths(n: int, k: int, k_factor: int, params: dict[str, int]) -> tuple[int, int]:
+    """``(depth, trust)``: the cosine depth fetched outside the band
+    (:func:`normrank.ann.default_start`) and the rank whose cosine bounds every document not
+    fetched (:func:`normrank.ann.default_trust_depth`: an eighth of ``hnsw_ef``; all of the
+    depth for an exact search). Trusting the whole depth instead made the widened band a few
+    times smaller but lost recall through the graph's misses (26,953 real MiniLM embeddings,
+    hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting rank 64;
+    plain cosine recall 0.992)."""
+    depth = min(n, default_start(k, k_factor, params, n))
+    return depth, min(depth, max(k, default_trust_depth(depth, params)))
+
+
+def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool:
+    """True when no document outside the band and not fetched (cosine <= ``c_trust``, weight in
+    ``[w_min, w_edge]``) can beat the k-th score ``kth``, with float32 rounding allowed for."""
+    bound = float(unseen_bound(np.array(c_trust), w_edge, w_min))
+    return bool(kth >= bound + SCORE_RTOL * abs(kth))

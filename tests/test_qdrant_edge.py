@@ -1,0 +1,434 @@
+"""QdrantEdgeNormIndex on Qdrant's own engine (qdrant-edge-py): the formula, the band filter and
+HNSW run in the engine; the reference is NormIndex's exact search (flat, numpy-checked)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normrank import NormIndex
+from normrank.errors import (
+    DimensionMismatchError,
+    DuplicateIdError,
+    IndexStateError,
+    InvalidInputError,
+    InvalidParameterError,
+    NonFiniteError,
+    UnknownIdError,
+    ZeroNormError,
+)
+
+pytest.importorskip("qdrant_edge")
+from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
+
+ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def clustered(n: int, nq: int, d: int, seed: int):
+    """Clustered directions, log-normal norms (as tests/test_ann.py)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(8, d))
+    u = centers[rng.integers(8, size=n)] + 0.7 * rng.normal(size=(n, d))
+    x = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.lognormal(0.0, 0.45, size=(n, 1))
+    q = centers[rng.integers(8, size=nq)] + 0.9 * rng.normal(size=(nq, d))
+    return x.astype(np.float32), q.astype(np.float32)
+
+
+def assert_same_top(got_s, got_ids, ref_s, ref_ids, rtol=1e-5):
+    """Same ids as the exact reference, except where two documents tie (equal exact scores:
+    the corpora hold duplicates), and the same scores."""
+    np.testing.assert_allclose(got_s, ref_s, rtol=rtol, atol=1e-6)
+    differ = got_ids != ref_ids
+    assert np.all(np.isclose(got_s[differ], ref_s[differ], rtol=rtol, atol=1e-6)), "different ids, not ties"
+    # A tie may swap two ids; it may not bring in a document the reference does not have there.
+    for row in np.flatnonzero(differ.any(axis=1)):
+        assert set(got_ids[row]) - set(ref_ids[row]) <= set(got_ids[row][differ[row]])
+
+
+def recall_vs_exact(got_ids, ref: NormIndex, q, alpha) -> float:
+    """Recall@10 with ties counted: a result is right when its exact score reaches the 10th."""
+    ref_s, _ = ref.search(q, 10, alpha=alpha)
+    hits = 0
+    x_ids = ref.ids
+    pos = {int(i): j for j, i in enumerate(x_ids)}
+    norms = ref.norms.astype(np.float64)
+    unit = np.stack([ref.reconstruct(int(i)) for i in x_ids]).astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    qu = q / np.linalg.norm(q, axis=1, keepdims=True)
+    for r, row in enumerate(got_ids):
+        p = np.array([pos[int(i)] for i in np.unique(row[row >= 0])], dtype=np.int64)
+        s = (unit[p] @ qu[r]) * norms[p] ** alpha
+        kth = ref_s[r, 9]
+        hits += min(10, int(np.sum(s >= kth - 1e-6 * abs(kth))))
+    return hits / (10 * len(got_ids))
+
+
+# -- real MiniLM embeddings of a shared collection --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cacm():
+    """Raw all-MiniLM-L6-v2 embeddings of BEIR cacm (3,204 documents, 52 judged queries),
+    through the embedding cache the sweep and the benchmarks use (encoded once)."""
+    pytest.importorskip("torch")
+    from normrank.data import load_dataset
+    from normrank.embedding_cache import EmbeddingCache
+    from normrank.errors import NormrankError
+    from normrank.sweep import embed_dataset
+
+    try:
+        ds = load_dataset("cacm")
+    except (NormrankError, OSError) as e:
+        pytest.skip(f"BEIR cacm not available: {e}")
+    qids, qtexts = ds.judged()
+    q, d = embed_dataset(ds, "all-MiniLM-L6-v2", EmbeddingCache(), {}, 64, False, None, qids, qtexts)
+    return d.astype(np.float32), q.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def real_pair(cacm, tmp_path_factory):
+    x, q = cacm
+    ids = np.arange(x.shape[0], dtype=np.int64) * 7 + 3
+    ref = NormIndex(x.shape[1])
+    ref.add(x, ids)
+    exact = QdrantEdgeNormIndex(tmp_path_factory.mktemp("cacm") / "exact", x.shape[1], exact=True)
+    exact.add(x, ids)
+    yield exact, ref, q
+    exact.close()
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_real_exact_top10_equals_normindex(real_pair, alpha):
+    exact, ref, q = real_pair
+    s, ids = exact.search(q, 10, alpha=alpha)
+    rs, rids = ref.search(q, 10, alpha=alpha)
+    assert_same_top(s, ids, rs, rids)
+
+
+@pytest.mark.models
+def test_real_per_query_alpha(real_pair):
+    exact, ref, q = real_pair
+    alphas = np.resize(np.array(ALPHAS), q.shape[0])
+    s, ids = exact.search(q, 10, alpha=alphas)
+    rs, rids = ref.search(q, 10, alpha=alphas)
+    assert_same_top(s, ids, rs, rids)
+
+
+@pytest.mark.models
+def test_real_hnsw_recall(cacm, tmp_path):
+    """With the HNSW graph built (and searched at hnsw_ef = 128), recall@10 >= 0.99 against the
+    exact norm-weighted top-10 at every alpha, single queries and a batch alike."""
+    x, q = cacm
+    ref = NormIndex(x.shape[1])
+    ref.add(x)
+    hnsw = QdrantEdgeNormIndex(
+        tmp_path / "hnsw", x.shape[1], m=16, ef_construct=100, hnsw_ef=128, indexing_threshold_kb=1
+    )
+    hnsw.add(x)
+    hnsw.optimize()
+    assert hnsw.shard.info().indexed_vectors_count == x.shape[0]  # the graph exists
+    for a in ALPHAS:
+        batch = hnsw.search(q, 10, alpha=a)[1]
+        single = np.concatenate([hnsw.search(q[i], 10, alpha=a)[1] for i in range(q.shape[0])])
+        # (A batch is planned as a whole by the engine: its ties may come in another order.)
+        assert recall_vs_exact(batch, ref, q, a) >= 0.99, a
+        assert recall_vs_exact(single, ref, q, a) >= 0.99, a
+    hnsw.close()
+
+
+# -- the band and its widening (synthetic, fast) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    x, q = clustered(2000, 16, d=16, seed=3)
+    ids = np.arange(2000, dtype=np.int64) * 3 + 1
+    ref = NormIndex(16)
+    ref.add(x, ids)
+    # A shallow cosine prefetch and a tiny first band: the bound fails and the band is widened.
+    ei = QdrantEdgeNormIndex(tmp_path_factory.mktemp("syn") / "s", 16, exact=True, k_factor=2, n_tail=4)
+    ei.add(x, ids)
+    yield ei, ref, q, x
+    ei.close()
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_band_widens_until_the_bound_holds(syn, alpha):
+    ei, ref, q, _ = syn
+    s, ids = ei.search(q, 10, alpha=alpha)
+    assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
+    assert q.shape[0] // 2 <= ei.last_widened <= q.shape[0]  # the widening path ran
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_without_widening_the_answer_is_wrong(syn, alpha, monkeypatch):
+    """The mutation the test above guards against: a search that trusts the first band."""
+    ei, ref, q, _ = syn
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_band_needed", lambda self, *a: None)
+    _, ids = ei.search(q, 10, alpha=alpha)
+    _, rids = ref.search(q, 10, alpha=alpha)
+    assert (ids != rids).any()
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_widened_ranges_are_asked_again_while_full(syn, alpha, monkeypatch):
+    """Ranges of the widened band that return their whole (here tiny) limit are asked again,
+    deeper, until the bound holds; without that the answer is wrong."""
+    from normrank.backends import qdrant_edge
+
+    ei, ref, q, _ = syn
+    monkeypatch.setattr(qdrant_edge, "_PART_LIMIT", 1)
+    calls = []
+    query = QdrantEdgeNormIndex._query
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: calls.append(len(r)) or query(self, r))
+    assert_same_top(*ei.search(q, 10, alpha=alpha), *ref.search(q, 10, alpha=alpha))
+    assert len(calls) > 3  # deeper and deeper
+    monkeypatch.setattr(qdrant_edge, "bound_holds", lambda *a: True)
+    _, ids = ei.search(q, 10, alpha=alpha)
+    assert (ids != ref.search(q, 10, alpha=alpha)[1]).any()
+
+
+def test_band_sizes_agree_with_the_engine_count(syn):
+    """The mirrored norms give the band size without a count query: the engine agrees."""
+    import qdrant_edge as qe
+
+    ei, _, _, _ = syn
+    for alpha in (-1.0, 0.5):
+        for t in (0, 1, 17, 500, 1999, 2000):
+            size, edge = ei._band(alpha, t)
+            flt = ei._band_filter(alpha, edge)
+            assert ei.shard.count(qe.CountRequest(exact=True, filter=flt)) == size
+            assert size <= t
+
+
+def test_per_query_alpha_and_single_queries(syn):
+    ei, ref, q, _ = syn
+    alphas = np.linspace(-1.5, 1.0, q.shape[0])
+    s, ids = ei.search(q, 10, alpha=alphas)
+    assert_same_top(s, ids, *ref.search(q, 10, alpha=alphas))
+    _s1, i1 = ei.search(q[3], 10, alpha=float(alphas[3]))
+    np.testing.assert_array_equal(i1[0], ids[3])
+
+
+def test_hnsw_parameters_reach_the_engine(tmp_path):
+    x, q = clustered(600, 4, d=8, seed=5)
+    ei = QdrantEdgeNormIndex(tmp_path / "h", 8, m=8, ef_construct=40, hnsw_ef=32, indexing_threshold_kb=1)
+    ei.add(x)
+    ei.optimize()
+    ei.close()
+    cfg = (tmp_path / "h" / "edge_config.json").read_text()
+    assert '"m":8' in cfg and '"ef_construct":40' in cfg
+    again = QdrantEdgeNormIndex(tmp_path / "h", hnsw_ef=32)
+    assert again.shard.info().indexed_vectors_count == 600
+    req = again._request(q[0].tolist(), 10, -1.0, 100, 0, None)
+    assert req.prefetches[0].params.hnsw_ef == 32 and not req.prefetches[0].params.exact
+    again.close()
+
+
+# -- storage: the shard folder -----------------------------------------------------------------
+
+
+def test_reopen_after_close_returns_points_norms_and_weights(tmp_path):
+    x, q = clustered(500, 6, d=12, seed=7)
+    ei = QdrantEdgeNormIndex(tmp_path / "p", 12, exact=True)
+    ids = ei.add(x)
+    ei.remove([3, 4])
+    before = ei.search(q, 10, alpha=-0.75)
+    ei.close()
+    with pytest.raises(IndexStateError):
+        ei.search(q, 10)
+    again = QdrantEdgeNormIndex(tmp_path / "p", exact=True)
+    assert len(again) == 498 and again.dim == 12
+    keep = np.setdiff1d(ids, [3, 4])
+    norms64 = np.linalg.norm(x[keep].astype(np.float64), axis=1)
+    np.testing.assert_array_equal(again.norm_of(keep), norms64.astype(np.float32))
+    for a, b in zip(before, again.search(q, 10, alpha=-0.75), strict=True):
+        np.testing.assert_array_equal(a, b)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(again)).astype(np.float32)
+    again.set_weights(w)
+    again.close()
+    third = QdrantEdgeNormIndex(tmp_path / "p", exact=True)
+    ref = NormIndex(12)
+    ref.add(x[keep], keep)
+    ref.set_weights(w, keep)
+    assert_same_top(*third.search(q, 10, alpha=1.0), *ref.search(q, 10, alpha=1.0))
+    third.clear_weights()
+    assert_same_top(*third.search(q, 10, alpha=1.0), *exact_search(x[keep], keep, q, 1.0))
+    third.close()
+
+
+def exact_search(x, ids, q, alpha):
+    ref = NormIndex(x.shape[1])
+    ref.add(x, ids)
+    return ref.search(q, 10, alpha=alpha)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
+    ei = QdrantEdgeNormIndex(sys.argv[1], 16)
+    for b in range(10_000):
+        x = np.random.default_rng(b).normal(size=(3000, 16)) * (1 + b % 5)
+        ei.add(x, ids=np.arange(b * 3000, (b + 1) * 3000))
+        print(b, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigkill_during_add_keeps_every_acknowledged_point(tmp_path, seed):
+    """A process killed (SIGKILL) at a random moment while adding: reopening returns every
+    batch whose add had returned, with its norms, and batches are whole (one add is one engine
+    update)."""
+    path = tmp_path / "k"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    acked, times = -1, []
+    try:
+        for line in child.stdout:
+            acked, times = int(line), [*times, time.perf_counter()]
+            if acked >= 3:
+                # Somewhere inside the next add (an add takes about one ack interval).
+                time.sleep(np.random.default_rng(seed).uniform(0, times[-1] - times[-2]))
+                break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert acked >= 3
+    ei = QdrantEdgeNormIndex(path)
+    batches = len(ei) // 3000
+    assert len(ei) % 3000 == 0 and acked + 1 <= batches <= acked + 2
+    for b in range(batches):
+        x = np.random.default_rng(b).normal(size=(3000, 16)) * (1 + b % 5)
+        ids = np.arange(b * 3000, (b + 1) * 3000)
+        np.testing.assert_allclose(ei.norm_of(ids), np.linalg.norm(x, axis=1), rtol=1e-6)
+    ei.close()
+
+
+def test_opening_refuses_what_is_not_a_shard(tmp_path):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("x")
+    with pytest.raises(IndexStateError):
+        QdrantEdgeNormIndex(tmp_path / "junk", 8)
+    with pytest.raises(InvalidParameterError):
+        QdrantEdgeNormIndex(tmp_path / "nothing")  # no dim, no shard
+    QdrantEdgeNormIndex(tmp_path / "d8", 8).close()
+    with pytest.raises(DimensionMismatchError):
+        QdrantEdgeNormIndex(tmp_path / "d8", 16)
+
+
+# -- fuzz classes of the core: typed errors, and a rejected call changes nothing -------------
+
+
+@pytest.fixture
+def small(tmp_path):
+    x, q = clustered(60, 3, d=8, seed=11)
+    ei = QdrantEdgeNormIndex(tmp_path / "f", 8, exact=True)
+    ei.add(x)
+    yield ei, x, q
+    ei.close()
+
+
+def _bad_rows(x, what):
+    bad = x[:4].copy()
+    if what == "nan":
+        bad[2, 1] = np.nan
+    elif what == "inf":
+        bad[1, 0] = np.inf
+    elif what == "zero":
+        bad[3] = 0.0
+    elif what == "huge":
+        bad = bad.astype(np.float64)
+        bad[0, 0] = 1e300
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("what", "error"),
+    [("nan", NonFiniteError), ("inf", NonFiniteError), ("huge", NonFiniteError), ("zero", ZeroNormError)],
+)
+def test_bad_vectors_are_refused_whole(small, what, error):
+    ei, x, q = small
+    before = ei.search(q, 5, alpha=-1.0)
+    with pytest.raises(error):
+        ei.add(_bad_rows(x, what), ids=[100, 101, 102, 103])
+    assert len(ei) == 60 and 100 not in ei
+    with pytest.raises(error):
+        ei.search(_bad_rows(x, what), 5)
+    for a, b in zip(before, ei.search(q, 5, alpha=-1.0), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_wrong_shapes_ids_and_parameters(small):
+    ei, x, q = small
+    with pytest.raises(DimensionMismatchError):
+        ei.add(np.ones((2, 9), np.float32))
+    with pytest.raises(DimensionMismatchError):
+        ei.search(np.ones((2, 7), np.float32), 5)
+    with pytest.raises(DuplicateIdError):
+        ei.add(x[:2], ids=[200, 200])
+    with pytest.raises(DuplicateIdError):
+        ei.add(x[:2], ids=[300, 5])  # 5 is in the shard
+    with pytest.raises(InvalidInputError):
+        ei.add(x[:2], ids=[-1, 400])
+    with pytest.raises(InvalidInputError):
+        ei.add(x[:2], ids=[1.5, 400])
+    with pytest.raises(InvalidInputError):
+        ei.add(x[:2], ids=[400])
+    assert len(ei) == 60 and 300 not in ei and 200 not in ei
+    for k in (0, -1, 2.5, True):
+        with pytest.raises(InvalidParameterError):
+            ei.search(q, k)
+    for a in (np.nan, 100.0, [0.5, 1.0]):
+        with pytest.raises(InvalidParameterError):
+            ei.search(q, 5, alpha=a)
+    with pytest.raises(UnknownIdError):
+        ei.remove([1, 999])
+    assert len(ei) == 60 and 1 in ei
+    with pytest.raises(UnknownIdError):
+        ei.norm_of([999])
+    with pytest.raises(InvalidInputError):
+        ei.set_weights(np.ones(59))
+    with pytest.raises(InvalidInputError):
+        ei.set_weights(np.r_[np.ones(59), 0.0])
+    with pytest.raises(InvalidInputError):
+        ei.add(x[:1], ids=[500], weights=[1.0])  # no custom weights set
+    for bad in ({"hnsw_ef": 0}, {"k_factor": 0}, {"m": True}, {"n_tail": -1}):
+        with pytest.raises(InvalidParameterError):
+            QdrantEdgeNormIndex(ei.path, **bad)
+
+
+def test_padding_and_empty(tmp_path, small):
+    ei, _x, q = small
+    s, ids = ei.search(q, 70, alpha=-1.0)
+    assert (ids[:, :60] >= 0).all() and (ids[:, 60:] == -1).all() and np.isneginf(s[:, 60:]).all()
+    empty = QdrantEdgeNormIndex(tmp_path / "e", 8)
+    s, ids = empty.search(q, 3)
+    assert (ids == -1).all() and np.isneginf(s).all()
+    assert empty.search(np.empty((0, 8), np.float32), 3)[1].shape == (0, 3)
+    empty.close()
+
+
+def test_opening_a_shard_written_by_something_else(tmp_path):
+    """A point without a norm (written straight to the shard) is refused with a typed error."""
+    import qdrant_edge as qe
+
+    ei = QdrantEdgeNormIndex(tmp_path / "o", 4)
+    ei.add(np.eye(4, dtype=np.float32) + 0.1)
+    ei.shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=99, vector=[1.0, 0, 0, 0], payload={})]))
+    ei.close()
+    with pytest.raises(IndexStateError):
+        QdrantEdgeNormIndex(tmp_path / "o")
