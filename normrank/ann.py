@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from normrank.topk import SMALL_NQ, inner_products_small
+from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
 __all__ = [
     "AnnStats",
@@ -371,8 +371,13 @@ def adaptive_search(
         stop = int(min(n, need.max(), max(cap, k, scanned + 1)))
         q = unit_q if active.size == nq else unit_q[active]
         vecs = order.vectors(stop)[scanned:stop]
-        # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product (topk.py).
-        cos_chunk = inner_products_small(q, vecs) if q.shape[0] < SMALL_NQ else q @ vecs.T
+        # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product; more: the
+        # BLAS FAISS itself uses (topk.py).
+        cos_chunk = (
+            inner_products_small(q, vecs)
+            if q.shape[0] < SMALL_NQ
+            else inner_products(np.ascontiguousarray(q), vecs)
+        )
         chunk = (cos_chunk * w_sorted[scanned:stop]).astype(np.float32, copy=False)
         seen = (cand_rank[active] >= scanned) & (cand_rank[active] < stop)
         rows, cols = np.nonzero(seen)
