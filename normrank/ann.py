@@ -357,6 +357,12 @@ def adaptive_search(
     # Weight rank of each candidate: a candidate met again in the scan must not count twice.
     cand_rank = np.where(valid, order.rank[safe], n)
     nq = unit_q.shape[0]
+    if nq == 1:
+        if exhausted[0]:
+            return top_s, top_p
+        return _scan_one(
+            unit_q, k, top_s, top_p, float(c_last[0]), cand_rank[0], order, weights, band_start, stats
+        )
     active = np.arange(nq)
     scanned = 0
     while True:
@@ -384,6 +390,55 @@ def adaptive_search(
         chunk[rows, cand_rank[active][rows, cols] - scanned] = -np.inf
         chunk_pos = np.broadcast_to(order.order[scanned:stop], chunk.shape)
         top_s[active], top_p[active] = _merge(top_s[active], top_p[active], chunk, chunk_pos, k)
+        scanned = stop
+        stats.rounds += 1
+        stats.max_scanned = max(stats.max_scanned, scanned)
+
+
+def _scan_one(
+    unit_q: np.ndarray,
+    k: int,
+    top_s: np.ndarray,
+    top_p: np.ndarray,
+    c_last: float,
+    cand_rank: np.ndarray,
+    order: WeightOrder,
+    weights: np.ndarray,
+    band_start: int,
+    stats: AnnStats,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weight-order scan of :func:`adaptive_search` for one query, on 1-D arrays and
+    scalars: the same chunks, bound and merge as the batch loop, without its per-round 2-D
+    bookkeeping (numpy's fixed cost per call is most of a single query's scan)."""
+    w_sorted, neg_w, w_min = order.sorted_weights(weights)
+    n = neg_w.size
+    s, p = top_s[0], top_p[0]
+    q = np.ascontiguousarray(unit_q[0], dtype=np.float32)
+    seen_ranks = cand_rank[cand_rank < n]
+    scanned = 0
+    while True:
+        kth = float(s[-1])
+        if c_last > 0:  # scan_needed for one query
+            need = int(np.searchsorted(neg_w, -(kth / c_last), side="left"))
+        else:
+            need = 0 if kth >= c_last * w_min else n
+        if need <= scanned:
+            return s[None], p[None]
+        stop = int(min(n, need, max(band_start if scanned == 0 else n, k, scanned + 1)))
+        vecs = order.vectors(stop)[scanned:stop]
+        chunk = np.empty(stop - scanned, dtype=np.float32)
+        faiss.fvec_inner_products_ny(
+            faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
+        )
+        chunk *= w_sorted[scanned:stop]
+        again = seen_ranks[(seen_ranks >= scanned) & (seen_ranks < stop)]
+        chunk[again - scanned] = -np.inf  # candidates already re-scored count once
+        keep = np.flatnonzero(chunk > kth)
+        if keep.size:
+            merged_s = np.concatenate([s, chunk[keep]])[None]
+            merged_p = np.concatenate([p, order.order[scanned + keep]])[None]
+            top_s, top_p = _select(merged_s, merged_p, k)
+            s, p = top_s[0], top_p[0]
         scanned = stop
         stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)
