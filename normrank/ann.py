@@ -72,6 +72,8 @@ class IdLookup:
             self._sorted = ids[self._order]
 
     def __call__(self, cand: np.ndarray) -> np.ndarray:
+        if self._dense is not None and cand.size and cand.min() >= 0 and cand.max() < self._dense.size:
+            return self._dense[cand]  # the usual case: three numpy calls, not seven
         out = np.full(cand.shape, -1, dtype=np.int64)
         if self._dense is not None:
             ok = (cand >= 0) & (cand < self._dense.size)
@@ -339,6 +341,10 @@ def adaptive_search(
             if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
                 return s, p
             fetch = min(2 * fetch, index.ntotal)
+    if unit_q.shape[0] == 1:
+        return _search_one(
+            index, unit_q, k, weights, lookup, depth, order, band_start, trust_depth, params, stats
+        )
     stats.rounds, stats.max_depth = 1, depth
     cos, cand = _search(index, unit_q, depth, params)
     pos = lookup(cand)
@@ -357,12 +363,6 @@ def adaptive_search(
     # Weight rank of each candidate: a candidate met again in the scan must not count twice.
     cand_rank = np.where(valid, order.rank[safe], n)
     nq = unit_q.shape[0]
-    if nq == 1:
-        if exhausted[0]:
-            return top_s, top_p
-        return _scan_one(
-            unit_q, k, top_s, top_p, float(c_last[0]), cand_rank[0], order, weights, band_start, stats
-        )
     active = np.arange(nq)
     scanned = 0
     while True:
@@ -395,26 +395,58 @@ def adaptive_search(
         stats.max_scanned = max(stats.max_scanned, scanned)
 
 
-def _scan_one(
+def _top_one(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of one query's candidates, best first (equal scores keep candidate order);
+    padded to ``k`` with ``-inf`` / ``-1``, as are non-finite scores and unknown positions."""
+    top = np.argsort(-scores, kind="stable")[:k]
+    s, p = scores[top], pos[top]
+    if s.size < k:
+        s = np.concatenate([s, np.full(k - s.size, -np.inf, dtype=np.float32)])
+        p = np.concatenate([p, np.full(k - p.size, -1, dtype=np.int64)])
+    bad = ~np.isfinite(s) | (p < 0)
+    if bad.any():
+        s, p = np.where(bad, -np.inf, s).astype(np.float32), np.where(bad, -1, p)
+    return s, p
+
+
+def _search_one(
+    index: faiss.Index,
     unit_q: np.ndarray,
     k: int,
-    top_s: np.ndarray,
-    top_p: np.ndarray,
-    c_last: float,
-    cand_rank: np.ndarray,
-    order: WeightOrder,
     weights: np.ndarray,
+    lookup: IdLookup,
+    depth: int,
+    order: WeightOrder | None,
     band_start: int,
+    trust_depth: int | None,
+    params: dict[str, int],
     stats: AnnStats,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The weight-order scan of :func:`adaptive_search` for one query, on 1-D arrays and
-    scalars: the same chunks, bound and merge as the batch loop, without its per-round 2-D
-    bookkeeping (numpy's fixed cost per call is most of a single query's scan)."""
+    """:func:`adaptive_search` for one query (the latency case), on 1-D arrays and scalars: the
+    same candidates, bound, chunks and merge as the batch loop, in about a third of its numpy
+    calls. numpy's fixed cost per call, paid with caches just emptied by the index search, is
+    most of what a single query adds to the index's own time."""
+    stats.rounds, stats.max_depth = 1, depth
+    cos, cand = _search(index, unit_q, depth, params)
+    cos, cand = cos[0], cand[0]
+    pos = lookup(cand)
+    if pos.size and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
+        rescored = cos * weights[pos]
+        seen = order.rank[pos] if order is not None else None
+    else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows
+        valid = pos >= 0
+        rescored = np.where(valid, np.where(valid, cos, 0) * weights[np.maximum(pos, 0)], -np.inf)
+        rescored = rescored.astype(np.float32)
+        seen = order.rank[pos[valid]] if order is not None else None
+    s, p = _top_one(rescored, pos, k)
+    if order is None or (cand.size and cand[-1] < 0):  # no scan, or the index gave all it had
+        return s[None], p[None]
+
+    c_last = float(cos[min(depth, max(k, trust_depth or depth)) - 1])
     w_sorted, neg_w, w_min = order.sorted_weights(weights)
     n = neg_w.size
-    s, p = top_s[0], top_p[0]
+    seen = np.sort(seen)  # weight ranks of the re-scored candidates: met again, they count once
     q = np.ascontiguousarray(unit_q[0], dtype=np.float32)
-    seen_ranks = cand_rank[cand_rank < n]
     scanned = 0
     while True:
         kth = float(s[-1])
@@ -431,14 +463,15 @@ def _scan_one(
             faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
         )
         chunk *= w_sorted[scanned:stop]
-        again = seen_ranks[(seen_ranks >= scanned) & (seen_ranks < stop)]
-        chunk[again - scanned] = -np.inf  # candidates already re-scored count once
+        lo, hi = np.searchsorted(seen, (scanned, stop))
+        if hi > lo:
+            chunk[seen[lo:hi] - scanned] = -np.inf
         keep = np.flatnonzero(chunk > kth)
         if keep.size:
-            merged_s = np.concatenate([s, chunk[keep]])[None]
-            merged_p = np.concatenate([p, order.order[scanned + keep]])[None]
-            top_s, top_p = _select(merged_s, merged_p, k)
-            s, p = top_s[0], top_p[0]
+            merged_s = np.concatenate([s, chunk[keep]])
+            merged_p = np.concatenate([p, order.order[scanned + keep]])
+            top = np.argsort(-merged_s, kind="stable")[:k]
+            s, p = merged_s[top], merged_p[top]
         scanned = stop
         stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)
