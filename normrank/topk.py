@@ -61,14 +61,14 @@ class _FaissProduct:
 
     def __init__(self, fn) -> None:
         self._fn = fn
-        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        self._ints = [ctypes.c_int64(0) for _ in range(3)]  # m, nq, d (reused: no allocation)
-        self._ptrs = [ctypes.addressof(v) for v in self._ints]
+        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)  # read only: shareable
 
     def __call__(self, q: np.ndarray, docs: np.ndarray, out: np.ndarray) -> np.ndarray:
-        m, nq, d = docs.shape[0], q.shape[0], q.shape[1]
-        self._ints[0].value, self._ints[1].value, self._ints[2].value = m, nq, d
-        pm, pn, pd = self._ptrs
+        # The sizes live in a buffer of this call's own: ctypes releases the GIL during the
+        # call, so a buffer shared between calls could change under another thread's product.
+        sizes = (ctypes.c_int64 * 3)(docs.shape[0], q.shape[0], q.shape[1])  # m, nq, d
+        pm = ctypes.addressof(sizes)
+        pn, pd = pm + 8, pm + 16
         self._fn(
             b"T", b"N", pm, pn, pd, ctypes.addressof(self._one), docs.ctypes.data, pd,
             q.ctypes.data, pd, ctypes.addressof(self._zero), out.ctypes.data, pm,
