@@ -101,12 +101,24 @@ def inner_products(q: np.ndarray, docs: np.ndarray, out: np.ndarray | None = Non
     (:data:`PRODUCT_BLAS`), so a ratio to FAISS's flat search compares like with like.
 
     Args:
-        q: ``(nq, d)`` float32, C-contiguous.
-        docs: ``(m, d)`` float32, C-contiguous.
+        q: ``(nq, d)`` queries (converted to C-contiguous float32 if they are not).
+        docs: ``(m, d)`` documents (likewise).
         out: optional C-contiguous ``(nq, m)`` float32 buffer to write into.
+
+    Raises:
+        InvalidParameterError: shapes that do not match, or an ``out`` BLAS cannot write as is.
     """
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    docs = np.ascontiguousarray(docs, dtype=np.float32)
+    if q.ndim != 2 or docs.ndim != 2 or q.shape[1] != docs.shape[1]:
+        raise InvalidParameterError(f"need (nq, d) and (m, d) arrays, got {q.shape} and {docs.shape}")
     if out is None:
         out = np.empty((q.shape[0], docs.shape[0]), dtype=np.float32)
+    elif out.shape != (q.shape[0], docs.shape[0]) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise InvalidParameterError(
+            f"out must be a C-contiguous float32 array of shape {(q.shape[0], docs.shape[0])}, "
+            f"got {out.dtype} {out.shape}"
+        )
     if _PRODUCT is None or not docs.shape[0] or not q.shape[0]:
         np.matmul(q, docs.T, out=out)
         return out

@@ -153,3 +153,19 @@ def test_reweighted_topk_matches_brute_force_in_total_order(n):
             order = np.lexsort((np.arange(n), -weighted[row]))[:kk]
             np.testing.assert_array_equal(positions[i, row, :kk], order)
             np.testing.assert_array_equal(values[i, row, :kk], weighted[row, order])
+
+
+def test_inner_products_converts_inputs_and_refuses_bad_out():
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((4, 12))  # float64, converted
+    docs = np.asfortranarray(rng.standard_normal((30, 12)).astype(np.float32))  # not C-contiguous
+    np.testing.assert_allclose(inner_products(q, docs), q @ docs.T, rtol=1e-4, atol=1e-4)
+    for bad in (
+        np.empty((4, 30), np.float64),
+        np.empty((30, 4), np.float32).T,
+        np.empty((4, 29), np.float32),
+    ):
+        with pytest.raises(InvalidParameterError):
+            inner_products(q, docs, bad)
+    with pytest.raises(InvalidParameterError):
+        inner_products(q, docs[:, :5])
