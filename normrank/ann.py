@@ -210,11 +210,13 @@ def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> 
     trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and returning
     and re-scoring the whole beam costs more than that saves: HNSW fetches a quarter of it
     (27k real MiniLM embeddings, efSearch 512, alpha = 1, 300 single queries: 1.77x plain
-    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs about the same at
-    any depth, and a deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
+    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs a little more
+    at depth (k = 400: +9% over k = 10 on 27k real vectors, +20% on 60k generated ones), and a
+    deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
     least 1/64 of the documents it probes (1M MiniLM-like vectors, nprobe 500 of 4000,
     alpha = 0.5, nq = 100: 2.24x plain latency at depth 400, 1.45x at 2000; on 27k real ones,
-    probing 13k, depth 400 stays best)."""
+    probing 13k, depth 400 stayed best; a later thread-CPU run probing 20k found depth 100,
+    trusting rank 100, 2-5% faster at the same recall: within that run's noise, left as is)."""
     if "efSearch" in params:
         return max(k * k_factor, params["efSearch"] // 4)
     if "nprobe" in params:
