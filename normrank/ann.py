@@ -108,16 +108,25 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
 
 
 def _merge(
-    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_pos: np.ndarray, k: int
+    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_ids: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates. For one query only the
-    chunk scores above its k-th are selected from (usually a handful out of thousands)."""
-    if chunk.shape[0] == 1:
-        keep = np.flatnonzero(chunk[0] > s[0, -1])
-        if not keep.size:
-            return s, p
-        chunk, chunk_pos = chunk[:, keep], chunk_pos[:, keep]
-    return _select(np.concatenate([s, chunk], axis=1), np.concatenate([p, chunk_pos], axis=1), k)
+    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates whose columns are the
+    documents ``chunk_ids`` (the same for every row), in FAISS's C++ heap: one compare per new
+    score, where selecting from the concatenation in numpy sorted every row's whole chunk."""
+    nq = s.shape[0]
+    values = np.empty((nq, k), dtype=np.float32)
+    ids = np.empty((nq, k), dtype=np.int64)
+    heap = faiss.float_minheap_array_t()  # a min-heap keeps the k largest
+    heap.k, heap.nh, heap.val, heap.ids = k, nq, faiss.swig_ptr(values), faiss.swig_ptr(ids)
+    heap.heapify()
+    s = np.ascontiguousarray(s, dtype=np.float32)
+    heap.addn_with_ids(k, faiss.swig_ptr(s), faiss.swig_ptr(np.ascontiguousarray(p)), k, 0, nq)
+    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+    chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
+    heap.addn_with_ids(chunk.shape[1], faiss.swig_ptr(chunk), faiss.swig_ptr(chunk_ids), 0, 0, nq)
+    heap.reorder()  # best first; slots never filled keep id -1
+    values[ids < 0] = -np.inf
+    return values, ids
 
 
 def ann_params(index: faiss.Index) -> dict[str, int]:
@@ -390,8 +399,9 @@ def adaptive_search(
         seen = (cand_rank[active] >= scanned) & (cand_rank[active] < stop)
         rows, cols = np.nonzero(seen)
         chunk[rows, cand_rank[active][rows, cols] - scanned] = -np.inf
-        chunk_pos = np.broadcast_to(order.order[scanned:stop], chunk.shape)
-        top_s[active], top_p[active] = _merge(top_s[active], top_p[active], chunk, chunk_pos, k)
+        top_s[active], top_p[active] = _merge(
+            top_s[active], top_p[active], chunk, order.order[scanned:stop], k
+        )
         scanned = stop
         stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)
