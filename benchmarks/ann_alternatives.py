@@ -12,9 +12,26 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from normrank.ann import IdLookup, _search, _select, unseen_bound
+from normrank import topk
+from normrank.ann import IdLookup, ann_params, unseen_bound
 
 _GROWTH = 4
+
+
+def _search(index: faiss.Index, q: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search`` at ``depth``, an HNSW beam widened to ``depth`` (FAISS returns fewer
+    results than asked when ``efSearch`` is smaller)."""
+    ef = ann_params(index).get("efSearch")
+    if ef is not None and depth > ef:
+        return index.search(q, depth, params=faiss.SearchParametersHNSW(efSearch=depth))
+    return index.search(q, depth)
+
+
+def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of candidate rows (``normrank.topk``) with their positions; ``-inf`` / ``-1``
+    pad rows with fewer than ``k`` finite scores."""
+    values, cols = topk(scores, k)
+    return values, np.where(cols >= 0, np.take_along_axis(pos, np.maximum(cols, 0), axis=1), -1)
 
 
 def depth_growing_search(
@@ -91,7 +108,9 @@ class Banded:
         for b in range(n_bands):
             pos = np.flatnonzero(band == b)
             unit = (x[pos] / norms[pos, None]).astype(np.float32)
-            self.parts.append((pos, norms[pos], build(unit, factory_for(pos.size)), IdLookup(np.arange(pos.size))))
+            self.parts.append(
+                (pos, norms[pos], build(unit, factory_for(pos.size)), IdLookup(np.arange(pos.size)))
+            )
 
     def search(self, qu: np.ndarray, alpha: float, k: int) -> np.ndarray:
         s_all, p_all = [], []

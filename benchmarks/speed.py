@@ -14,7 +14,11 @@ One run measures:
 
 Recall is against the exact norm-weighted top-10 (numpy; tied scores count alike, see
 ``recall``). Latency ratios are medians over interleaved repetitions (the machine may be
-shared). Usage:
+shared), printed with their spread over repetitions; single-query rows also give the ratios of
+the per-query p50 and p99 latencies. The ANN baseline is plain search on the very FAISS index
+NormIndex wraps. The JSON ``meta`` records the CPU model, the BLAS/OpenMP libraries loaded
+(threadpoolctl: version, kernel, threads), whose BLAS normrank's product used, the repetition
+counts and the load average, so tables from two machines can be compared. Usage:
 
     python benchmarks/speed.py --quick --json speed.json   # < 15 min on 2 cores
 """
@@ -57,8 +61,14 @@ from bench_data import real_embeddings, synthetic_like  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
 from normrank.ann import IdLookup, ann_params, default_band_start, default_start  # noqa: E402
+from normrank.topk import PRODUCT_BLAS  # noqa: E402
 
 K = 10
+# What timed() and timed_single() read: wall time, or with --clock cpu this thread's CPU time
+# (on a machine shared with other jobs it leaves out the time the OS ran them instead).
+CLOCK = time.perf_counter
+# --only names. A new section adds its name here and its block in main().
+SECTIONS = ("flat", "ivf", "hnsw", "qdrant")
 # nq = 1 rows time this many queries one call at a time; fewer would leave recall at the mercy of
 # a few misses (50 queries: one miss is 0.002).
 SINGLE_QUERIES = 100
@@ -106,22 +116,84 @@ def recall(got: np.ndarray, ref: ExactTop) -> float:
     return hits / (K * len(got))
 
 
-def timed(fns: dict[str, callable], reps: int) -> dict[str, float]:
-    """Median seconds per function; repetitions interleaved so load spikes hit all alike."""
+@dataclass
+class Timing:
+    """Seconds of each timed function per repetition (``totals``: name -> ``(reps,)``) and, for
+    single-query rows, per query (``per_query``: name -> ``(reps, nq)``)."""
+
+    totals: dict[str, np.ndarray]
+    per_query: dict[str, np.ndarray] | None = None
+
+    def median(self, name: str) -> float:
+        return float(np.median(self.totals[name]))
+
+    def ratio(self, name: str, base: str) -> dict:
+        """``latency_ratio`` (median time / median base time), its spread over repetitions
+        (``ratio_min`` / ``ratio_max`` of the per-repetition ratios) and, for single queries,
+        ``p50_ratio`` / ``p99_ratio``: the ratio of the per-query latency percentiles (each
+        query's latency its median over repetitions), where a few queries scanning far show."""
+        per_rep = self.totals[name] / self.totals[base]
+        out = {
+            "latency_ratio": self.median(name) / self.median(base),
+            "ratio_min": float(per_rep.min()),
+            "ratio_max": float(per_rep.max()),
+            "t_plain_ms": 1e3 * self.median(base),
+            "t_ms": 1e3 * self.median(name),
+        }
+        if self.per_query is not None:
+            lat, lat_base = np.median(self.per_query[name], 0), np.median(self.per_query[base], 0)
+            for pct in (50, 99):
+                out[f"p{pct}_ratio"] = float(np.percentile(lat, pct) / np.percentile(lat_base, pct))
+                out[f"p{pct}_us"] = 1e6 * float(np.percentile(lat, pct))
+                out[f"p{pct}_plain_us"] = 1e6 * float(np.percentile(lat_base, pct))
+        return out
+
+
+def timed(fns: dict[str, callable], reps: int) -> Timing:
+    """Each function once per repetition, interleaved (the order reversed every other
+    repetition), so load spikes and cache warmth hit all sides alike."""
     for f in fns.values():
         f()  # warm-up (caches, lazily built state)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    names = list(fns)
+    totals = {name: np.empty(reps) for name in names}
+    for r in range(reps):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t0 = CLOCK()
+            fns[name]()
+            totals[name][r] = CLOCK() - t0
+    return Timing(totals)
 
 
-def per_query(fn, q: np.ndarray):
-    """nq = 1 latency: the same queries, one call each."""
-    return lambda: [fn(q[i : i + 1]) for i in range(q.shape[0])]
+def timed_single(fns: dict[str, callable], nq: int, reps: int) -> Timing:
+    """Single-query latency: ``fns[name](i)`` answers query ``i`` alone; every query is timed on
+    every side back to back (order alternating), ``reps`` times over the set."""
+    names = list(fns)
+    for i in range(nq):
+        for f in fns.values():
+            f(i)  # warm-up
+    per_query = {name: np.empty((reps, nq)) for name in names}
+    for r in range(reps):
+        for i in range(nq):
+            for name in names if (r + i) % 2 == 0 else names[::-1]:
+                t0 = CLOCK()
+                fns[name](i)
+                per_query[name][r, i] = CLOCK() - t0
+    return Timing({name: t.sum(axis=1) for name, t in per_query.items()}, per_query)
+
+
+def show(row: dict) -> None:
+    """One result line: the ratio with its spread over repetitions (and p50 / p99 for single
+    queries), then the whole row as JSON."""
+    extra = ""
+    if "p50_ratio" in row:
+        extra = f", p50 {row['p50_ratio']:.2f} p99 {row['p99_ratio']:.2f}"
+    print(
+        f"{row['backend']} {row.get('dataset', '')} alpha={row['alpha']:g} nq={row['nq']}: "
+        f"ratio {row['latency_ratio']:.3f} [{row['ratio_min']:.3f}-{row['ratio_max']:.3f}]{extra}, "
+        f"recall {row['recall_at_10']:.4f}",
+        flush=True,
+    )
+    print(json.dumps(row), flush=True)
 
 
 # -- flat ------------------------------------------------------------------------------------
@@ -150,36 +222,42 @@ def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list,
             got = ni.search(qs, K, alpha=a)[1]
             r = recall(got, exact_top(xu, norms, qu, a))
             if nq == 1:
-                fns = {
-                    "plain": per_query(lambda z: plain.search(z, K), qu),
-                    "nr": per_query(lambda z, a=a: ni.search(z, K, alpha=a), qs),
-                }
+                t = timed_single(
+                    {
+                        "plain": lambda i, qu=qu: plain.search(qu[i : i + 1], K),
+                        "nr": lambda i, a=a, qs=qs: ni.search(qs[i : i + 1], K, alpha=a),
+                    },
+                    qs.shape[0],
+                    reps,
+                )
+                base = "plain"
             else:
-                fns = {
-                    "plain": lambda qu=qu: plain.search(qu, K),
-                    "nr": lambda a=a, qs=qs: ni.search(qs, K, alpha=a),
-                    "plain_blas": lambda qu=qu: blas_search(plain, qu),
-                }
-            t = timed(fns, reps)
-            # The baseline is the faster of FAISS's two flat paths (its default BLAS threshold
-            # is 128000 queries in this build, so below that it scans row by row).
-            base = min(t["plain"], t.get("plain_blas", np.inf))
+                t = timed(
+                    {
+                        "plain": lambda qu=qu: plain.search(qu, K),
+                        "nr": lambda a=a, qs=qs: ni.search(qs, K, alpha=a),
+                        "plain_blas": lambda qu=qu: blas_search(plain, qu),
+                    },
+                    reps,
+                )
+                # The baseline is the faster of FAISS's two flat paths (its default BLAS
+                # threshold is 128000 queries in this build, so below that it scans row by row).
+                base = min(("plain", "plain_blas"), key=t.median)
             rows.append(
                 dict(
                     backend="faiss-flat",
                     alpha=a,
                     nq=nq,
                     recall_at_10=r,
-                    latency_ratio=t["nr"] / base,
                     dataset=label,
                     n=x.shape[0],
-                    t_plain_ms=1e3 * base,
-                    t_ms=1e3 * t["nr"],
-                    t_plain_default_ms=1e3 * t["plain"],
-                    t_plain_blas_ms=1e3 * t.get("plain_blas", np.nan),
+                    baseline=base,
+                    **t.ratio("nr", base),
+                    t_plain_default_ms=1e3 * t.median("plain"),
+                    t_plain_blas_ms=1e3 * t.median("plain_blas") if "plain_blas" in t.totals else None,
                 )
             )
-            print(json.dumps(rows[-1]), flush=True)
+            show(rows[-1])
 
 
 # -- ANN -------------------------------------------------------------------------------------
@@ -202,24 +280,26 @@ def build(x_dirs: np.ndarray, factory: str, kind: str, value: int, train: np.nda
     return idx
 
 
-def operating_point(xu, kind, factory, train, qu, ladder):
-    """The narrowest nprobe / efSearch on ``ladder`` at which plain cosine search has recall@10
-    >= 0.995 against exact cosine: no re-ranking of an index's output beats the index's own
-    recall, so the norm-weighted goal (0.99) needs an index with some margin above it."""
-    idx = build(xu, factory, kind, ladder[0], train=train)
+def operating_point(
+    index: faiss.Index, kind: str, xu: np.ndarray, qu: np.ndarray, ladder
+) -> tuple[int, float]:
+    """The narrowest nprobe / efSearch on ``ladder`` at which plain cosine search on ``index``
+    has recall@10 >= 0.995 against exact cosine (set on ``index``, with that recall): no
+    re-ranking of an index's output beats the index's own recall, so the norm-weighted goal
+    (0.995) needs an index with some margin."""
     ref = exact_top(xu, np.ones(xu.shape[0]), qu, 0.0)
     for value in ladder:
-        set_params(idx, kind, value)
-        rec = recall(idx.search(qu, K)[1], ref)
+        set_params(index, kind, value)
+        rec = recall(index.search(qu, K)[1], ref)
         if rec >= 0.995:
             break
-    return idx, value, rec
+    return value, rec
 
 
 def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternatives: bool) -> None:
     n, d = x.shape
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
-    # IVF trains on a sample (50 per list), as one would at scale; both sides get the same one.
+    # IVF trains on a sample (50 per list), as one would at scale.
     sample = np.random.default_rng(0).choice(n, min(n, 50 * int(4 * np.sqrt(n))), replace=False)
     if kind == "ivf":
         nlist = int(4 * np.sqrt(n))
@@ -235,23 +315,22 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
 
     backend = f"faiss-{kind}"
     t0 = time.perf_counter()
-    plain, value, plain_rec = operating_point(xu, kind, factory, xu[sample], unit(q[:100]), ladder)
-    t_build_plain = time.perf_counter() - t0
-    print(f"{label} {kind}: {factory} at {value} (plain cosine recall {plain_rec:.3f})", flush=True)
-    t0 = time.perf_counter()
     ni = NormIndex(d, factory=factory)
     if kind == "ivf":
         ni.train(x[sample])
     ni.add(x)
-    set_params(ni.faiss_index, kind, value)
     t_build_nr = time.perf_counter() - t0
+    # The baseline is plain cosine search on the very FAISS index NormIndex searches (it holds
+    # the unit vectors, ids 0..n-1): two separately built HNSW graphs or IVF quantizers differ
+    # by up to ~20% in search time at the same efSearch / nprobe, which a ratio would report.
+    plain = ni.faiss_index
+    value, plain_rec = operating_point(plain, kind, xu, unit(q[:100]), ladder)
+    print(f"{label} {kind}: {factory} at {value} (plain cosine recall {plain_rec:.3f})", flush=True)
     variants = {backend: lambda z, a: ni.search(z, K, alpha=a)[1]}
     build_s = {backend: t_build_nr}
     if evaluate_alternatives:
-        over = NormIndex.__new__(NormIndex)
-        over.__dict__.update(ni.__dict__)
+        over = NormIndex.from_faiss(plain, norms=norms)  # the same index, re-scored by over-fetching
         over.ann = "overfetch"
-        over._aux = {}
         variants[f"{backend}/overfetch"] = lambda z, a: over.search(z, K, alpha=a)[1]
         lk = IdLookup(np.arange(n))
         tails = {}
@@ -291,21 +370,17 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
         plain_rec = recall(plain.search(qu, K)[1], exact_top(xu, norms, qu, 0.0))
         for a in alphas:
             ref = exact_top(xu, norms, qu, a)
-            fns = {
-                "plain": (
-                    per_query(lambda z: plain.search(z, K), qu)
-                    if nq == 1
-                    else lambda qu=qu: plain.search(qu, K)
-                )
-            }
-            for name, f in variants.items():
-                fns[name] = (
-                    per_query(lambda z, f=f, a=a: f(z, a), qs)
-                    if nq == 1
-                    else (lambda f=f, a=a, qs=qs: f(qs, a))
-                )
             recs = {name: recall(f(qs, a), ref) for name, f in variants.items()}
-            t = timed(fns, reps)
+            if nq == 1:
+                fns = {"plain": lambda i, qu=qu: plain.search(qu[i : i + 1], K)}
+                for name, f in variants.items():
+                    fns[name] = lambda i, f=f, a=a, qs=qs: f(qs[i : i + 1], a)
+                t = timed_single(fns, qs.shape[0], reps)
+            else:
+                fns = {"plain": lambda qu=qu: plain.search(qu, K)}
+                for name, f in variants.items():
+                    fns[name] = lambda f=f, a=a, qs=qs: f(qs, a)
+                t = timed(fns, reps)
             for name in variants:
                 rows.append(
                     dict(
@@ -313,19 +388,17 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
                         alpha=a,
                         nq=nq,
                         recall_at_10=recs[name],
-                        latency_ratio=t[name] / t["plain"],
                         dataset=label,
                         n=n,
                         factory=factory,
                         params={"nprobe" if kind == "ivf" else "efSearch": value},
                         plain_cosine_recall=plain_rec,
-                        t_plain_ms=1e3 * t["plain"],
-                        t_ms=1e3 * t[name],
+                        **t.ratio(name, "plain"),
                         build_s=build_s.get(name),
-                        plain_build_s=t_build_plain,
+                        index_build_s=t_build_nr,
                     )
                 )
-                print(json.dumps(rows[-1]), flush=True)
+                show(rows[-1])
 
 
 # -- Qdrant ----------------------------------------------------------------------------------
@@ -361,57 +434,97 @@ def bench_qdrant(x, q, alphas, reps, rows, label) -> None:
                 alpha=a,
                 nq=q.shape[0],
                 recall_at_10=recall(got, ref),
-                latency_ratio=t["nr"] / t["plain"],
                 dataset=label,
                 n=x.shape[0],
-                t_plain_ms=1e3 * t["plain"],
-                t_ms=1e3 * t["nr"],
+                **t.ratio("nr", "plain"),
             )
         )
-        print(json.dumps(rows[-1]), flush=True)
+        show(rows[-1])
 
 
 # -- report ----------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
     return (
-        f"{cpu}, {os.cpu_count()} cores visible, faiss {faiss.__version__} "
+        f"{cpu_model()}, {os.cpu_count()} cores visible, faiss {faiss.__version__} "
         f"(omp threads {faiss.omp_get_max_threads()}), numpy {np.__version__}, "
         f"Python {platform.python_version()}"
     )
 
 
+def blas_libraries() -> list[dict]:
+    """The BLAS and OpenMP libraries loaded in this process, with version, kernel (OpenBLAS's
+    ``architecture``) and thread count (threadpoolctl), and whose product each side runs:
+    plain FAISS calls its own BLAS; ``normrank_product`` says whether normrank's flat kernel
+    and scan call the same one (``"faiss"``) or numpy's."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return [{"error": "threadpoolctl not installed: pip install threadpoolctl"}]
+    faiss_dir = Path(faiss.__file__).resolve().parent.parent
+    out = []
+    for info in threadpool_info():
+        path = Path(info.get("filepath", ""))
+        out.append(
+            {
+                "library": path.name,
+                "api": info.get("internal_api"),
+                "version": info.get("version"),
+                "kernel": info.get("architecture"),
+                "threads": info.get("num_threads"),
+                "loaded_by": next(
+                    (part for part in path.parts if part.endswith(".libs")), str(path.parent.relative_to(faiss_dir))
+                    if path.is_relative_to(faiss_dir) else str(path.parent)
+                ),
+            }
+        )  # fmt: skip
+    return out
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
+    blas = "; ".join(
+        f"{b.get('library')} {b.get('version') or ''} {b.get('kernel') or ''} ({b.get('loaded_by')})".strip()
+        for b in meta["blas"]
+    )
     out = [
         "# normrank speed: ratios to plain FAISS / Qdrant on the same machine",
         "",
-        f"Machine: {meta['machine']}; threads per side: {meta['threads']}. "
+        f"Machine: {meta['machine']}; threads per side: {meta['threads']}; clock: {meta['clock']}; load average at start / "
+        f"end {meta['load_start']} / {meta['load_end']}. BLAS/OpenMP loaded: {blas}; normrank's "
+        f"product runs on {meta['normrank_product']}'s BLAS. "
         f"Real corpora: {', '.join(meta['real_corpora'])}. "
-        f"Run: `{meta['command']}` ({meta['minutes']:.1f} min). "
+        f"Run: `{meta['command']}` ({meta['minutes']:.1f} min; repetitions {meta['reps']}). "
         "Latency ratio = normrank time / plain cosine search time with the same index and parameters "
-        "(median of interleaved repetitions; the machine was shared, so read ratios, not absolute times). "
+        "(ANN: the very FAISS index NormIndex searches), median of interleaved repetitions, with the "
+        "lowest and highest per-repetition ratio in brackets; the machine may have been shared, so "
+        "read ratios, not absolute times. "
         "Recall@10 is against the exact norm-weighted top-10 (numpy brute force); a result counts "
         "when its exact score reaches the exact 10th score (ties: the corpora hold duplicates). "
-        f"nq = 1 rows time {SINGLE_QUERIES} queries one call at a time (ms are their total).",
+        f"nq = 1 rows time {SINGLE_QUERIES} queries one call at a time (ms are their total; p50 / p99 "
+        "are the ratios of per-query latency percentiles).",
         "",
-        "| backend | dataset | n | alpha | nq | recall@10 | latency ratio | plain ms | normrank ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| backend | dataset | n | alpha | nq | recall@10 | latency ratio [min-max] | p50 / p99 ratio "
+        "| plain ms | normrank ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        tail = f"{r['p50_ratio']:.2f} / {r['p99_ratio']:.2f}" if "p50_ratio" in r else ""
         out.append(
             f"| {r['backend']} | {r.get('dataset', '')} | {r.get('n', '')} | {r['alpha']:g} | {r['nq']} | "
-            f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} | {r.get('t_plain_ms', 0):.2f} | "
-            f"{r.get('t_ms', 0):.2f} |"
+            f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] | "
+            f"{tail} | {r.get('t_plain_ms', 0):.2f} | {r.get('t_ms', 0):.2f} |"
         )
     return "\n".join(out) + "\n"
 
@@ -427,18 +540,36 @@ def main() -> None:
     ap.add_argument(
         "--cached-only", action="store_true", help="use only corpora already encoded (skip the rest)"
     )
-    ap.add_argument("--only", default="flat,ivf,hnsw,qdrant", help="comma list of sections to run")
+    ap.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma list of sections to run, of: {', '.join(SECTIONS)}"
+    )
     ap.add_argument(
         "--synthetic-n",
         type=int,
         default=None,
         help="size of the generated set (default 200k quick, 1M full)",
     )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: latency (default); cpu: this thread's CPU time, for a shared machine (--threads 1 only)",
+    )
     args = ap.parse_args()
+    if args.clock == "cpu":
+        if THREADS != 1:
+            ap.error("--clock cpu counts the calling thread only: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     only = set(args.only.split(","))
+    if only - set(SECTIONS):
+        ap.error(f"unknown --only section(s) {sorted(only - set(SECTIONS))}; known: {', '.join(SECTIONS)}")
     t_start = time.time()
+    load_start = os.getloadavg()
     quick = args.quick
     reps = 5 if quick else 9
+    # Repetitions per kind of row (recorded in the JSON meta).
+    rep_counts = {"flat": 3 * reps, "ann_real": reps, "ann_generated": max(3, reps // 2), "qdrant": 3}
     alphas = [-1.5, -0.75, 0.0, 0.5, 1.0]
     docs, queries, used = real_embeddings(encode_missing=not args.cached_only)
     print(f"real corpora: {used}: {docs.shape[0]} docs, {queries.shape[0]} queries", flush=True)
@@ -453,7 +584,7 @@ def main() -> None:
             q1k,
             [-1.5, -0.75, 0.5, 1.0] if not quick else [-1.0, 0.5],
             [1, 100, 1000],
-            3 * reps,  # cheap, and the goal (<= 1.10) is tighter than one run's noise
+            rep_counts["flat"],  # cheap, and the goal (<= 1.05) is tighter than one run's noise
             rows,
             "minilm-like-100k",
         )
@@ -463,7 +594,10 @@ def main() -> None:
     for kind in ("ivf", "hnsw"):
         if kind not in only:
             continue
-        bench_ann(docs, queries, kind, alphas, [1, 100], reps, rows, real_label, evaluate_alternatives=True)
+        bench_ann(
+            docs, queries, kind, alphas, [1, 100], rep_counts["ann_real"], rows, real_label,
+            evaluate_alternatives=True,
+        )  # fmt: skip
         if syn is None:
             syn = synthetic_like(docs, queries, syn_n, 1000, seed=2)
         # HNSW builds slowly on 2 cores: --quick uses the first 30k of the generated set for it.
@@ -474,7 +608,7 @@ def main() -> None:
             kind,
             [-1.5, -0.75, 0.5, 1.0],
             [1, 100],
-            max(3, reps // 2),
+            rep_counts["ann_generated"],
             rows,
             f"minilm-like-{m // 1000}k",
             evaluate_alternatives=m <= 20_000,
@@ -495,11 +629,27 @@ def main() -> None:
         )
     if "qdrant" in only:
         m = 3000 if quick else 10000
-        bench_qdrant(docs[:m], queries[:20], [-1.5, -0.75, 0.5, 1.0], 3, rows, f"minilm-beir-{m // 1000}k")
+        bench_qdrant(
+            docs[:m],
+            queries[:20],
+            [-1.5, -0.75, 0.5, 1.0],
+            rep_counts["qdrant"],
+            rows,
+            f"minilm-beir-{m // 1000}k",
+        )
     meta = {
         "machine": machine(),
+        "cpu_model": cpu_model(),
+        "cores_visible": os.cpu_count(),
+        "blas": blas_libraries(),
+        "normrank_product": PRODUCT_BLAS,
         "real_corpora": used,
         "threads": THREADS,
+        "clock": args.clock,
+        "reps": rep_counts,
+        "single_queries": SINGLE_QUERIES,
+        "load_start": [round(v, 2) for v in load_start],
+        "load_end": [round(v, 2) for v in os.getloadavg()],
         "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
         "minutes": (time.time() - t_start) / 60,
         "k": K,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from normrank.topk import SMALL_NQ, inner_products_small
+from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
 __all__ = [
     "AnnStats",
@@ -72,6 +72,8 @@ class IdLookup:
             self._sorted = ids[self._order]
 
     def __call__(self, cand: np.ndarray) -> np.ndarray:
+        if self._dense is not None and cand.size and cand.min() >= 0 and cand.max() < self._dense.size:
+            return self._dense[cand]  # the usual case: three numpy calls, not seven
         out = np.full(cand.shape, -1, dtype=np.int64)
         if self._dense is not None:
             ok = (cand >= 0) & (cand < self._dense.size)
@@ -106,16 +108,25 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
 
 
 def _merge(
-    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_pos: np.ndarray, k: int
+    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_ids: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates. For one query only the
-    chunk scores above its k-th are selected from (usually a handful out of thousands)."""
-    if chunk.shape[0] == 1:
-        keep = np.flatnonzero(chunk[0] > s[0, -1])
-        if not keep.size:
-            return s, p
-        chunk, chunk_pos = chunk[:, keep], chunk_pos[:, keep]
-    return _select(np.concatenate([s, chunk], axis=1), np.concatenate([p, chunk_pos], axis=1), k)
+    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates whose columns are the
+    documents ``chunk_ids`` (the same for every row), in FAISS's C++ heap: one compare per new
+    score, where selecting from the concatenation in numpy sorted every row's whole chunk."""
+    nq = s.shape[0]
+    values = np.empty((nq, k), dtype=np.float32)
+    ids = np.empty((nq, k), dtype=np.int64)
+    heap = faiss.float_minheap_array_t()  # a min-heap keeps the k largest
+    heap.k, heap.nh, heap.val, heap.ids = k, nq, faiss.swig_ptr(values), faiss.swig_ptr(ids)
+    heap.heapify()
+    s = np.ascontiguousarray(s, dtype=np.float32)
+    heap.addn_with_ids(k, faiss.swig_ptr(s), faiss.swig_ptr(np.ascontiguousarray(p)), k, 0, nq)
+    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+    chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
+    heap.addn_with_ids(chunk.shape[1], faiss.swig_ptr(chunk), faiss.swig_ptr(chunk_ids), 0, 0, nq)
+    heap.reorder()  # best first; slots never filled keep id -1
+    values[ids < 0] = -np.inf
+    return values, ids
 
 
 def ann_params(index: faiss.Index) -> dict[str, int]:
@@ -208,11 +219,13 @@ def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> 
     trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and returning
     and re-scoring the whole beam costs more than that saves: HNSW fetches a quarter of it
     (27k real MiniLM embeddings, efSearch 512, alpha = 1, 300 single queries: 1.77x plain
-    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs about the same at
-    any depth, and a deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
+    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs a little more
+    at depth (k = 400: +9% over k = 10 on 27k real vectors, +20% on 60k generated ones), and a
+    deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
     least 1/64 of the documents it probes (1M MiniLM-like vectors, nprobe 500 of 4000,
     alpha = 0.5, nq = 100: 2.24x plain latency at depth 400, 1.45x at 2000; on 27k real ones,
-    probing 13k, depth 400 stays best)."""
+    probing 13k, depth 400 stayed best; a later thread-CPU run probing 20k found depth 100,
+    trusting rank 100, 2-5% faster at the same recall: within that run's noise, left as is)."""
     if "efSearch" in params:
         return max(k * k_factor, params["efSearch"] // 4)
     if "nprobe" in params:
@@ -339,6 +352,10 @@ def adaptive_search(
             if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
                 return s, p
             fetch = min(2 * fetch, index.ntotal)
+    if unit_q.shape[0] == 1:
+        return _search_one(
+            index, unit_q, k, weights, lookup, depth, order, band_start, trust_depth, params, stats
+        )
     stats.rounds, stats.max_depth = 1, depth
     cos, cand = _search(index, unit_q, depth, params)
     pos = lookup(cand)
@@ -371,14 +388,102 @@ def adaptive_search(
         stop = int(min(n, need.max(), max(cap, k, scanned + 1)))
         q = unit_q if active.size == nq else unit_q[active]
         vecs = order.vectors(stop)[scanned:stop]
-        # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product (topk.py).
-        cos_chunk = inner_products_small(q, vecs) if q.shape[0] < SMALL_NQ else q @ vecs.T
+        # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product; more: the
+        # BLAS FAISS itself uses (topk.py).
+        cos_chunk = (
+            inner_products_small(q, vecs)
+            if q.shape[0] < SMALL_NQ
+            else inner_products(np.ascontiguousarray(q), vecs)
+        )
         chunk = (cos_chunk * w_sorted[scanned:stop]).astype(np.float32, copy=False)
         seen = (cand_rank[active] >= scanned) & (cand_rank[active] < stop)
         rows, cols = np.nonzero(seen)
         chunk[rows, cand_rank[active][rows, cols] - scanned] = -np.inf
-        chunk_pos = np.broadcast_to(order.order[scanned:stop], chunk.shape)
-        top_s[active], top_p[active] = _merge(top_s[active], top_p[active], chunk, chunk_pos, k)
+        top_s[active], top_p[active] = _merge(
+            top_s[active], top_p[active], chunk, order.order[scanned:stop], k
+        )
+        scanned = stop
+        stats.rounds += 1
+        stats.max_scanned = max(stats.max_scanned, scanned)
+
+
+def _top_one(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of one query's candidates, best first (equal scores keep candidate order);
+    padded to ``k`` with ``-inf`` / ``-1``, as are non-finite scores and unknown positions."""
+    top = np.argsort(-scores, kind="stable")[:k]
+    s, p = scores[top], pos[top]
+    if s.size < k:
+        s = np.concatenate([s, np.full(k - s.size, -np.inf, dtype=np.float32)])
+        p = np.concatenate([p, np.full(k - p.size, -1, dtype=np.int64)])
+    bad = ~np.isfinite(s) | (p < 0)
+    if bad.any():
+        s, p = np.where(bad, -np.inf, s).astype(np.float32), np.where(bad, -1, p)
+    return s, p
+
+
+def _search_one(
+    index: faiss.Index,
+    unit_q: np.ndarray,
+    k: int,
+    weights: np.ndarray,
+    lookup: IdLookup,
+    depth: int,
+    order: WeightOrder | None,
+    band_start: int,
+    trust_depth: int | None,
+    params: dict[str, int],
+    stats: AnnStats,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`adaptive_search` for one query (the latency case), on 1-D arrays and scalars: the
+    same candidates, bound, chunks and merge as the batch loop, in about a third of its numpy
+    calls. numpy's fixed cost per call, paid with caches just emptied by the index search, is
+    most of what a single query adds to the index's own time."""
+    stats.rounds, stats.max_depth = 1, depth
+    cos, cand = _search(index, unit_q, depth, params)
+    cos, cand = cos[0], cand[0]
+    pos = lookup(cand)
+    if pos.size and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
+        rescored = cos * weights[pos]
+        seen = order.rank[pos] if order is not None else None
+    else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows
+        valid = pos >= 0
+        rescored = np.where(valid, np.where(valid, cos, 0) * weights[np.maximum(pos, 0)], -np.inf)
+        rescored = rescored.astype(np.float32)
+        seen = order.rank[pos[valid]] if order is not None else None
+    s, p = _top_one(rescored, pos, k)
+    if order is None or (cand.size and cand[-1] < 0):  # no scan, or the index gave all it had
+        return s[None], p[None]
+
+    c_last = float(cos[min(depth, max(k, trust_depth or depth)) - 1])
+    w_sorted, neg_w, w_min = order.sorted_weights(weights)
+    n = neg_w.size
+    seen = np.sort(seen)  # weight ranks of the re-scored candidates: met again, they count once
+    q = np.ascontiguousarray(unit_q[0], dtype=np.float32)
+    scanned = 0
+    while True:
+        kth = float(s[-1])
+        if c_last > 0:  # scan_needed for one query
+            need = int(np.searchsorted(neg_w, -(kth / c_last), side="left"))
+        else:
+            need = 0 if kth >= c_last * w_min else n
+        if need <= scanned:
+            return s[None], p[None]
+        stop = int(min(n, need, max(band_start if scanned == 0 else n, k, scanned + 1)))
+        vecs = order.vectors(stop)[scanned:stop]
+        chunk = np.empty(stop - scanned, dtype=np.float32)
+        faiss.fvec_inner_products_ny(
+            faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
+        )
+        chunk *= w_sorted[scanned:stop]
+        lo, hi = np.searchsorted(seen, (scanned, stop))
+        if hi > lo:
+            chunk[seen[lo:hi] - scanned] = -np.inf
+        keep = np.flatnonzero(chunk > kth)
+        if keep.size:
+            merged_s = np.concatenate([s, chunk[keep]])
+            merged_p = np.concatenate([p, order.order[scanned + keep]])
+            top = np.argsort(-merged_s, kind="stable")[:k]
+            s, p = merged_s[top], merged_p[top]
         scanned = stop
         stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)

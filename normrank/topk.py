@@ -1,30 +1,128 @@
 """Top-k selection kernels: exact norm-weighted search over unit vectors.
 
-The flat kernel streams the documents in blocks: one BLAS matmul for the cosines, one in-place
-multiply by the per-document weight, and FAISS's own C++ heap (``float_minheap_array_t``) for
-the selection. So it reads the same bytes as ``IndexFlatIP`` plus one float per document.
+The flat kernel streams the documents in blocks through the same product as FAISS's own flat
+search (its BLAS ``sgemm_``, its block sizes, its query-major layout; :func:`inner_products`),
+one multiply by the per-document weight (of the scores, or of the documents when there are more
+queries than dimensions: whichever is fewer multiplies), and FAISS's C++ heap
+(``float_minheap_array_t``) for the selection. So it reads the same bytes and runs the same BLAS
+kernel as ``IndexFlatIP.search`` plus one float per document, whichever BLAS libraries numpy,
+scipy and FAISS happen to bundle on a machine (numpy's and FAISS's differ by up to ~10% on the
+same product: the ratio to FAISS would measure that, not the weighting).
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
+import types
+
 import faiss
 import numpy as np
-from scipy.linalg.blas import sgemm as _sgemm
 
 from normrank.errors import InvalidParameterError
 
-__all__ = ["reweighted_topk", "topk", "weighted_flat_search"]
+__all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
 
-# The score block (queries x documents) is kept near this many floats: large enough for BLAS
-# to run at full speed, small enough that a big batch never needs unbounded memory.
-_BLOCK_ELEMENTS = 1 << 22
-_QUERY_BLOCK = 1024
-# Below this many queries a per-query SIMD scan beats BLAS (see inner_products_small).
+# Below this many queries a per-query SIMD scan beats BLAS (see inner_products_small); it is
+# also the path FAISS's own search takes for few queries.
 SMALL_NQ = 8
-# Up to this many queries the product is taken as docs . q^T in blocks of _MID_DOC_BLOCK
-# documents; beyond it (nq = 1000) q . docs^T measured as fast.
-_MID_NQ = 192
-_MID_DOC_BLOCK = 2048
+# A score block's product is at least this many multiply-adds (~1 ms on one core), so that
+# Python's fixed cost per block (~10 us: slicing, the BLAS call, the heap call) stays ~1%.
+_BLOCK_WORK = 1 << 26
+
+
+def _faiss_sgemm():
+    """FAISS's ``sgemm_`` (the BLAS its flat search calls), reached through the loaded SWIG
+    extension's dynamic symbols; None where that symbol is not visible (e.g. Windows)."""
+    swig = sys.modules.get(faiss.IndexFlatIP.__module__)  # faiss.swigfaiss or an _avx2 variant
+    # SWIG's convention: module ``pkg.X`` wraps the C extension ``pkg._X``.
+    ext = getattr(swig, "_" + swig.__name__.rsplit(".", 1)[-1], None) if swig is not None else None
+    if not isinstance(ext, types.ModuleType) or not getattr(ext, "__file__", None):
+        return None
+    if sys.byteorder != "little":  # see _FaissProduct: the integer trick needs little-endian
+        return None
+    try:
+        fn = ctypes.CDLL(ext.__file__).sgemm_
+    except (OSError, AttributeError):
+        return None
+    fn.restype = None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p] + [ctypes.c_void_p] * 11
+    return fn
+
+
+class _FaissProduct:
+    """``out = q . docs^T`` by FAISS's BLAS, called as its flat search calls it:
+    ``sgemm_("T", "N", m, nq, d, 1, docs, d, q, d, 0, out, m)``, the query-major result.
+
+    Integers are passed as 64-bit values: on a little-endian machine a BLAS with 32-bit integers
+    (LP64) reads their low half, one with 64-bit integers (ILP64) the whole, so either ABI
+    gets the right numbers. The first product is checked against numpy before any is trusted.
+    """
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)  # read only: shareable
+
+    def __call__(self, q: np.ndarray, docs: np.ndarray, out: np.ndarray) -> np.ndarray:
+        # The sizes live in a buffer of this call's own: ctypes releases the GIL during the
+        # call, so a buffer shared between calls could change under another thread's product.
+        sizes = (ctypes.c_int64 * 3)(docs.shape[0], q.shape[0], q.shape[1])  # m, nq, d
+        pm = ctypes.addressof(sizes)
+        pn, pd = pm + 8, pm + 16
+        self._fn(
+            b"T", b"N", pm, pn, pd, ctypes.addressof(self._one), docs.ctypes.data, pd,
+            q.ctypes.data, pd, ctypes.addressof(self._zero), out.ctypes.data, pm,
+        )  # fmt: skip
+        return out
+
+    def works(self) -> bool:
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((3, 37)).astype(np.float32)
+        docs = rng.standard_normal((70, 37)).astype(np.float32)
+        got = self(q, docs, np.empty((3, 70), dtype=np.float32))
+        return bool(np.allclose(got, q @ docs.T, rtol=1e-4, atol=1e-4))
+
+
+def _resolve_product() -> tuple[_FaissProduct | None, str]:
+    fn = _faiss_sgemm()
+    product = _FaissProduct(fn) if fn is not None else None
+    if product is not None and product.works():
+        return product, "faiss"
+    return None, "numpy"
+
+
+_PRODUCT, PRODUCT_BLAS = _resolve_product()
+"""Whose BLAS :func:`inner_products` uses: ``"faiss"`` (the library FAISS's own flat search
+calls) or ``"numpy"`` (fallback where FAISS's ``sgemm_`` is not reachable)."""
+
+
+def inner_products(q: np.ndarray, docs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``q @ docs.T`` (float32, ``(nq, m)``, C-contiguous) through FAISS's own BLAS when reachable
+    (:data:`PRODUCT_BLAS`), so a ratio to FAISS's flat search compares like with like.
+
+    Args:
+        q: ``(nq, d)`` queries (converted to C-contiguous float32 if they are not).
+        docs: ``(m, d)`` documents (likewise).
+        out: optional C-contiguous ``(nq, m)`` float32 buffer to write into.
+
+    Raises:
+        InvalidParameterError: shapes that do not match, or an ``out`` BLAS cannot write as is.
+    """
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    docs = np.ascontiguousarray(docs, dtype=np.float32)
+    if q.ndim != 2 or docs.ndim != 2 or q.shape[1] != docs.shape[1]:
+        raise InvalidParameterError(f"need (nq, d) and (m, d) arrays, got {q.shape} and {docs.shape}")
+    if out is None:
+        out = np.empty((q.shape[0], docs.shape[0]), dtype=np.float32)
+    elif out.shape != (q.shape[0], docs.shape[0]) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise InvalidParameterError(
+            f"out must be a C-contiguous float32 array of shape {(q.shape[0], docs.shape[0])}, "
+            f"got {out.dtype} {out.shape}"
+        )
+    if _PRODUCT is None or not docs.shape[0] or not q.shape[0]:
+        np.matmul(q, docs.T, out=out)
+        return out
+    return _PRODUCT(q, docs, out)
 
 
 def _new_heap(nq: int, k: int) -> tuple[faiss.float_minheap_array_t, np.ndarray, np.ndarray]:
@@ -172,6 +270,9 @@ def weighted_flat_search(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of ``(q . u_j) * weights[j]`` over all rows ``u_j`` of ``unit_vectors``.
 
+    Blocks are FAISS's own (``faiss.cvar.distance_compute_blas_query_bs`` queries by
+    ``distance_compute_blas_database_bs`` documents), the product its BLAS (:func:`inner_products`).
+
     Args:
         unit_vectors: ``(n, d)`` float32, C-contiguous (may be a view of FAISS's storage).
         weights: ``(n,)`` float32 per-document weights (``||d||**alpha``), or None for cosine.
@@ -180,38 +281,44 @@ def weighted_flat_search(
 
     Returns:
         ``(scores, positions)`` as :func:`topk`; positions index ``unit_vectors``.
-        Memory is bounded: at most ~16 MB of scores exist at a time, whatever nq, n and k.
+        Memory is bounded by one score block (at most FAISS's own: 16 MB by default).
     """
     n = unit_vectors.shape[0]
     nq = queries.shape[0]
     out_scores = np.empty((nq, k), dtype=np.float32)
     out_pos = np.empty((nq, k), dtype=np.int64)
-    for q0 in range(0, nq, _QUERY_BLOCK):
-        q = queries[q0 : q0 + _QUERY_BLOCK]
-        heap, values, positions = _new_heap(q.shape[0], k)
-        block = max(1024, _BLOCK_ELEMENTS // q.shape[0])
-        small = q.shape[0] < SMALL_NQ and unit_vectors.flags.c_contiguous
-        mid = not small and q.shape[0] <= _MID_NQ
-        if mid:
-            block = _MID_DOC_BLOCK
-            q = np.ascontiguousarray(q)  # q.T then is the column-major operand BLAS takes as is
+    query_block = max(1, int(faiss.cvar.distance_compute_blas_query_bs))
+    doc_block = max(1, int(faiss.cvar.distance_compute_blas_database_bs))
+    d = max(1, queries.shape[1])
+    for q0 in range(0, nq, query_block):
+        q = np.ascontiguousarray(queries[q0 : q0 + query_block], dtype=np.float32)
+        nqb = q.shape[0]
+        heap, values, positions = _new_heap(nqb, k)
+        if nqb < SMALL_NQ:  # row kernel: long blocks, as few calls as the memory bound allows
+            block, buffer = max(doc_block, query_block * doc_block // nqb), None
+        else:
+            # FAISS's block, widened in whole blocks to _BLOCK_WORK, never past FAISS's own
+            # bound on one score block (query_bs x database_bs floats).
+            widen = min(-(-_BLOCK_WORK // (nqb * d * doc_block)), query_block // nqb)
+            block = doc_block * max(1, widen)
+            buffer = np.empty(nqb * min(block, n), dtype=np.float32)  # reused by every block
+        # Weights go where they cost fewer multiplies: on the (m, d) documents when there are
+        # more queries than dimensions, else on the (nq, m) scores.
+        scale_docs = weights is not None and buffer is not None and nqb > d
+        doc_buffer = np.empty((min(block, n), d), dtype=np.float32) if scale_docs else None
         for j0 in range(0, n, block):
-            docs = unit_vectors[j0 : j0 + block]
-            if small:
+            docs = np.ascontiguousarray(unit_vectors[j0 : j0 + block], dtype=np.float32)
+            m = docs.shape[0]
+            if scale_docs:
+                docs = np.multiply(docs, weights[j0 : j0 + m, None], out=doc_buffer[:m])
+            if buffer is None:
                 s = inner_products_small(q, docs)
-            elif mid:
-                # OpenBLAS runs docs . q^T (documents as the long side) ~10% faster than
-                # q . docs^T (100k x 384, nq = 100). numpy would return it document-major and
-                # need a transpose pass (~12% of the search); asked for column-major, BLAS
-                # writes it query-major, as the heap reads it.
-                s = _sgemm(1.0, docs.T, q.T, trans_a=True).T
             else:
-                s = q @ docs.T
-            if weights is not None:
-                s *= weights[j0 : j0 + block]
-            s = np.ascontiguousarray(s, dtype=np.float32)
-            heap.addn(s.shape[1], faiss.swig_ptr(s), j0, 0, s.shape[0])
+                s = inner_products(q, docs, buffer[: nqb * m].reshape(nqb, m))
+            if weights is not None and not scale_docs:
+                s *= weights[j0 : j0 + m]
+            heap.addn(m, faiss.swig_ptr(s), j0, 0, nqb)
         _finish(heap, values, positions)
-        out_scores[q0 : q0 + q.shape[0]] = values
-        out_pos[q0 : q0 + q.shape[0]] = positions
+        out_scores[q0 : q0 + nqb] = values
+        out_pos[q0 : q0 + nqb] = positions
     return out_scores, out_pos

@@ -90,8 +90,9 @@ def test_bound_is_exact_when_the_index_is(data, alpha):
 
 
 def test_weight_order_scan_runs_to_the_end_when_needed():
-    """With a cosine depth of k the bound can only hold late: rounds grow the weight-order scan
-    (x4) and the answer is still exact; the vectors are copied only as far as scanned."""
+    """With a cosine depth of k the bound can only hold late: a batch's rounds grow the
+    weight-order scan (x ``ann._GROWTH`` = 2, capped at what its deepest open query needs) and
+    the answer is still exact; the vectors are copied only as far as scanned (at most twice)."""
     x, q = clustered(3000, 8, seed=5)
     idx = NormIndex(x.shape[1], factory="IVF8,Flat", max_depth=K, n_tail=16)
     idx.train(x)

@@ -1,7 +1,9 @@
 """The torch flat backend (``NormIndex(..., device=...)``) against the CPU path and numpy.
 
 ``device="cpu"`` runs the same torch code on the CPU (always, when torch is installed); the CUDA
-tests skip cleanly without a GPU and never fall back to the CPU.
+tests skip cleanly without a GPU and never fall back to the CPU. The data are continuous (no two
+scores equal), so ids must agree exactly: only the order among equal scores is left open by the
+backend (see ``normrank.backends.torch_flat``).
 """
 
 from __future__ import annotations

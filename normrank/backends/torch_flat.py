@@ -4,7 +4,9 @@ Same name and shapes as :func:`normrank.topk.weighted_flat_search`; the document
 the device once (:class:`TorchFlatStore`) and the kernel streams query/document blocks through
 one matmul, one in-place multiply by the weights and ``torch.topk``.
 
-Ties: equal scores may come in a different order than on the CPU path (as FAISS GPU vs CPU).
+Results agree with the CPU path id for id wherever scores are distinct (``tests/test_gpu.py``
+checks this on continuous data, CPU and CUDA); among exactly equal scores ``torch.topk`` may
+keep or order them differently, as FAISS's GPU and CPU indexes do.
 """
 
 from __future__ import annotations
