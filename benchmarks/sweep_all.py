@@ -60,6 +60,7 @@ def main() -> int:
     from normrank.data import load_dataset
     from normrank.embedding_cache import EmbeddingCache
     from normrank.sweep import embed_dataset, run_sweep
+    from normrank.sweep.report import write_all
 
     if args.encode_only:
         cache, encoders = EmbeddingCache(), {}
@@ -77,8 +78,8 @@ def main() -> int:
     # that one-time cost would otherwise land in the first sweep of each collection type.
     run_sweep(args.datasets, args.models, alphas=ALPHAS, metrics=METRICS, folds=FOLDS, show_progress=False)
     t = time.perf_counter()
-    runs = run_sweep(args.datasets, args.models, alphas=ALPHAS, metrics=METRICS, folds=FOLDS, out=args.out,
-                     show_progress=True)  # fmt: skip
+    runs = run_sweep(args.datasets, args.models, alphas=ALPHAS, metrics=METRICS, folds=FOLDS, show_progress=True)
+    write_all(runs, args.out)
     total = time.perf_counter() - t
     alpha_s = sum(r.timing["alpha_sweep"] for r in runs)
     sweep_s = sum(r.timing["sweep_total"] for r in runs)

@@ -20,8 +20,8 @@ from normrank.sweep import (
     rank_all_alphas,
     sweep_embeddings,
 )
-from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
-from normrank.sweep_report import write_all
+from normrank.sweep.metrics import QrelsMatrix, parse_metrics, per_query_metric
+from normrank.sweep.report import write_all
 from normrank.topk import reweighted_topk
 
 ranx = pytest.importorskip("ranx")

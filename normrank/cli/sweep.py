@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from normrank.cli.app import app
+from normrank.settings import DEFAULT_ALPHAS, DEFAULT_FOLDS, DEFAULT_METRICS, DEFAULT_SEED
+from normrank.sweep.metrics import METRICS
 
 
 @app.command("sweep")
@@ -18,15 +20,15 @@ def sweep_command(
         ..., "--model", "-m", help="Encoder name or path; repeat for several models."
     ),
     alphas: str = typer.Option(
-        "-2:1:0.25", help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."
+        DEFAULT_ALPHAS, help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."
     ),
     metrics: str = typer.Option(
-        "ndcg@10,recall@100,mrr@10", help="Comma list of NAME@K (ndcg, recall, mrr, precision, hit_rate)."
+        DEFAULT_METRICS, help=f"Comma list of NAME@K, NAME one of {', '.join(METRICS)}."
     ),
     by_depth: bool = typer.Option(
         False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."
     ),
-    folds: int = typer.Option(5, help="Folds over queries for the cross-validated α (>= 2)."),
+    folds: int = typer.Option(DEFAULT_FOLDS, help="Folds over queries for the cross-validated α (>= 2)."),
     weights: list[str] = typer.Option(
         [],
         "--weights",
@@ -41,7 +43,7 @@ def sweep_command(
     split: str = typer.Option("test", help="qrels split to evaluate."),
     batch_size: int = typer.Option(64, help="Texts per encoder batch."),
     max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
-    seed: int = typer.Option(0, help="Seed of the CV fold assignment."),
+    seed: int = typer.Option(DEFAULT_SEED, help="Seed of the CV fold assignment."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
@@ -49,7 +51,7 @@ def sweep_command(
 
     from normrank.errors import NormrankError
     from normrank.sweep import run_sweep
-    from normrank.sweep_report import markdown_table
+    from normrank.sweep.report import markdown_table, write_all
 
     err = Console(stderr=True)
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
@@ -63,9 +65,10 @@ def sweep_command(
     try:
         runs = run_sweep(
             data, model, alphas=alphas, metrics=metrics, folds=folds, by_depth=by_depth, weights=weights,
-            out=out, data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
+            data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
             seed=seed, encoder_options=options, on_run=report,
         )  # fmt: skip
+        write_all(runs, out)
     except NormrankError as e:
         err.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from e

@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from normrank.sweep import CV_METRIC, SweepRun
+from normrank.settings import CV_METRIC
+from normrank.sweep.result import SweepRun
 
 __all__ = ["markdown_table", "write_all", "write_csv", "write_json", "write_markdown", "write_plot"]
 
