@@ -393,3 +393,29 @@ def test_run_probe_orchestrates_pairs_subset_and_batch_clamp(tmp_path):
 
     with pytest.raises(NormrankError, match="not found"):
         run_probe(tmp_path / "missing-folder-x", model)
+
+
+@pytest.mark.parametrize("model_cls", [LinearModel, TokenModel])
+def test_replay_model_gives_the_models_own_step_gradients(model_cls):
+    """The public pieces the probe benchmark times: gradients through the replayed stand-in equal
+    those through the model itself."""
+    from normrank.probe.estimator import replay_model, step_gradients
+    from normrank.probe.fastpath import detect_tail
+    from normrank.probe.scopes import resolve_scope
+
+    model = model_cls()
+    model.torch_module.eval()  # as probe() does: dropout off
+    pairs = _pairs(16)
+    sample = VOCAB[:4] if model_cls is LinearModel else [" ".join(VOCAB[i : i + 3]) for i in (0, 5, 9, 20)]
+    sc = resolve_scope(model, "head", sample[0])
+    tail = detect_tail(model, sc.head, sc.head_path or "", sample)
+    assert tail is not None
+    idx = np.arange(6)
+    stand_in = replay_model(model, tail, pairs, [idx], encode_batch_size=4)
+    assert stand_in is not model
+    for got, want in zip(
+        step_gradients(stand_in, sc, pairs, idx, 0.05),
+        step_gradients(model, sc, pairs, idx, 0.05),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
