@@ -190,12 +190,15 @@ def planted_dataset(
 def test_sweep_finds_negative_alpha_on_planted_signal(tmp_path: Path) -> None:
     ds, q, docs = planted_dataset()
     run = sweep_embeddings(
-        ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5
+        ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5, ranx_check=True
     )
     assert run.best_alpha < 0 and run.gain_pct() > 5
     assert all(a < 0 for a in run.cv_alphas) and run.cv_gain_pct > 5
     assert 0 <= run.p_value < 0.05
     assert run.ranx_check["max_abs_diff_cosine"] < 1e-9
+    # The scipy paired test on our per-query arrays is ranx's compare(stat_test="student").
+    assert run.ranx_check["abs_diff_p_value"] < 1e-9 and run.p_value == pytest.approx(run.ranx_check["p_value_ranx"])
+    assert run.timing["cosine_eval"] > 0
     # The per-alpha mean equals an independent numpy ranking + ranx for one alpha.
     norms = np.linalg.norm(docs.astype(np.float64), axis=1)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T

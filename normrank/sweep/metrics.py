@@ -61,6 +61,7 @@ class QrelsMatrix:
         order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
         self._keys = np.asarray(keys, dtype=np.int64)[order]
         self._rels = np.asarray(rels, dtype=np.float64)[order]
+        self._dense: np.ndarray | None = None
 
     def relevance(self, positions: np.ndarray) -> np.ndarray:
         """Relevance of each retrieved position, shape of ``positions`` (..., nq, k); -1 -> 0."""
@@ -71,6 +72,15 @@ class QrelsMatrix:
         idx = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
         hit = (self._keys[idx] == keys) & (positions >= 0)
         return np.where(hit, self._rels[idx], 0.0)
+
+    def relevance_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Relevance of every document for queries ``rows``: (len(rows), n), from a dense copy
+        built once (nq x n floats; kept only by callers that rank whole rows)."""
+        if getattr(self, "_dense", None) is None:
+            self._dense = np.zeros(self.nq * self.n, dtype=np.float32)
+            self._dense[self._keys] = self._rels
+            self._dense = self._dense.reshape(self.nq, self.n)
+        return self._dense[rows]
 
     def idcg(self, k: int) -> np.ndarray:
         disc = 1.0 / np.log2(np.arange(2, k + 2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,7 +18,9 @@ from normrank.scoring import norm_weight
 from normrank.settings import SWEEP_BLOCK_FLOATS
 from normrank.topk import reweighted_topk
 
-__all__ = ["rank_all_alphas", "unit_rows"]
+__all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
+
+KEEP_COSINES_FLOATS = 1 << 26  # keep the whole cosine matrix up to 256 MB (the null reads columns of it)
 
 
 def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -29,6 +32,57 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
     return (x / norms[:, None]).astype(np.float32), norms.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class WeightGrid:
+    """One family of scores ``cos * weights**e`` for every exponent ``e`` of ``exponents``, kept to depth ``k``."""
+
+    name: str
+    weights: np.ndarray | None  # (n,) finite, > 0; None: the document norms
+    exponents: Sequence[float]
+    k: int
+
+
+def rank_grids(
+    queries: np.ndarray, docs: np.ndarray, grids: Sequence[WeightGrid], keep_cosines: bool = False
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float], np.ndarray | None]:
+    """Exact top-k of every grid from ONE cosine matrix, computed block by block.
+
+    Returns ``({name: (scores, positions)}, timing, cosines)``; scores float32 and positions
+    int64, both ``(n_exponents, nq, k)`` (positions index ``docs``; -1 pads when n < k).
+    ``timing`` has ``cosine_matmul`` and ``rank_<name>`` seconds. ``cosines``: the whole (nq, n)
+    float32 matrix when ``keep_cosines`` and it fits in :data:`KEEP_COSINES_FLOATS`, else None.
+    """
+    qn, _ = unit_rows(queries, "queries")
+    dn, dnorm = unit_rows(docs, "documents")
+    nq, n = qn.shape[0], dn.shape[0]
+    plans = []
+    for g in grids:
+        ex = np.asarray(g.exponents, dtype=np.float64)
+        # Sorted so that neighbours rank alike; the chain starts from the exponent nearest 0 (cosine).
+        order = np.argsort(ex, kind="stable")
+        first = int(np.argmin(np.abs(ex[order])))
+        w = dnorm if g.weights is None else np.asarray(g.weights, dtype=np.float32)
+        rows = np.stack([norm_weight(w, float(ex[i])) for i in order])  # w**e once per e
+        out = (np.empty((len(ex), nq, g.k), np.float32), np.empty((len(ex), nq, g.k), np.int64))
+        plans.append((g, order, first, rows, out))
+    timing = {"cosine_matmul": 0.0, **{f"rank_{g.name}": 0.0 for g in grids}}
+    block = max(1, min(nq, SWEEP_BLOCK_FLOATS // max(n, 1)))
+    kept = np.empty((nq, n), np.float32) if keep_cosines and nq * n <= KEEP_COSINES_FLOATS else None
+    for q0 in range(0, nq, block):
+        t = time.perf_counter()
+        cos = qn[q0 : q0 + block] @ dn.T
+        if kept is not None:
+            kept[q0 : q0 + cos.shape[0]] = cos
+        timing["cosine_matmul"] += time.perf_counter() - t
+        for g, order, first, rows, (scores, pos) in plans:
+            t = time.perf_counter()
+            v, p = reweighted_topk(cos, rows, g.k, first)
+            scores[order, q0 : q0 + cos.shape[0]] = v
+            pos[order, q0 : q0 + cos.shape[0]] = p
+            timing[f"rank_{g.name}"] += time.perf_counter() - t
+    return {g.name: out for g, _, _, _, out in plans}, timing, kept
 
 
 def rank_all_alphas(
@@ -45,25 +99,6 @@ def rank_all_alphas(
         ``(scores, positions, timing)`` with scores float32 and positions int64, both
         ``(n_alphas, nq, k)`` (positions index ``docs``; -1 pads when n < k).
     """
-    qn, _ = unit_rows(queries, "queries")
-    dn, dnorm = unit_rows(docs, "documents")
-    w = dnorm if weights is None else np.asarray(weights, dtype=np.float32)
-    na, nq, n = len(alphas), qn.shape[0], dn.shape[0]
-    scores = np.empty((na, nq, k), dtype=np.float32)
-    pos = np.empty((na, nq, k), dtype=np.int64)
-    t_cos = t_rank = 0.0
-    # Sorted by α so that neighbours rank alike; the chain starts from the α nearest 0 (cosine).
-    order = np.argsort(np.asarray(alphas, dtype=np.float64), kind="stable")
-    first = int(np.argmin(np.abs(np.asarray(alphas, dtype=np.float64)[order])))
-    weight_rows = np.stack([norm_weight(w, alphas[i]) for i in order])  # w**alpha once per α
-    block = max(1, min(nq, SWEEP_BLOCK_FLOATS // max(n, 1)))
-    for q0 in range(0, nq, block):
-        t = time.perf_counter()
-        cos = qn[q0 : q0 + block] @ dn.T
-        t_cos += time.perf_counter() - t
-        t = time.perf_counter()
-        v, p = reweighted_topk(cos, weight_rows, k, first)
-        scores[order, q0 : q0 + cos.shape[0]] = v
-        pos[order, q0 : q0 + cos.shape[0]] = p
-        t_rank += time.perf_counter() - t
-    return scores, pos, {"cosine_matmul": t_cos, "reweight_topk": t_rank}
+    ranked, timing, _ = rank_grids(queries, docs, [WeightGrid("w", weights, list(alphas), k)])
+    scores, pos = ranked["w"]
+    return scores, pos, {"cosine_matmul": timing["cosine_matmul"], "reweight_topk": timing["rank_w"]}

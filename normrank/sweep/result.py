@@ -44,6 +44,7 @@ class SweepRun:
     by_depth: dict[str, Any] | None = None
     timing: dict[str, float] = field(default_factory=dict)
     ranx_check: dict[str, float] = field(default_factory=dict)
+    controls: dict[str, Any] | None = None  # length prior, residual norm, permutation null
 
     @property
     def n_queries(self) -> int:
@@ -104,4 +105,12 @@ class SweepRun:
             **({"by_depth": self.by_depth} if self.by_depth else {}),
             "timing_s": {k: round(v, 4) for k, v in self.timing.items()},
             "ranx_check": self.ranx_check,
+            **({"controls": _public(self.controls)} if self.controls else {}),
         }
+
+
+def _public(x: Any) -> Any:
+    """``x`` without the keys that start with ``_`` (per-query arrays kept for reports and tests)."""
+    if isinstance(x, dict):
+        return {k: _public(v) for k, v in x.items() if not k.startswith("_")}
+    return x

@@ -14,14 +14,26 @@ import numpy as np
 
 from normrank.data import Dataset
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.settings import CV_METRIC, DEFAULT_ALPHAS, DEFAULT_FOLDS, DEFAULT_METRICS, DEFAULT_SEED
+from normrank.settings import (
+    CV_METRIC,
+    DEFAULT_ALPHAS,
+    DEFAULT_BETAS,
+    DEFAULT_FOLDS,
+    DEFAULT_METRICS,
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+)
+from normrank.sweep.controls import length_residual, permutation_summary, spearman, weight_control
 from normrank.sweep.depth import depth_table
 from normrank.sweep.embed import embed_dataset
-from normrank.sweep.grid import parse_alphas
+from normrank.sweep.grid import parse_alphas, parse_grid
+from normrank.sweep.lengths import document_lengths
 from normrank.sweep.metrics import QrelsMatrix, parse_metrics, per_query_metric
-from normrank.sweep.rank import rank_all_alphas
-from normrank.sweep.result import SweepRun, summary_stats
-from normrank.sweep.selection import cross_validate, paired_p_ranx, ranx_run
+from normrank.sweep.null import NULL_CANDIDATES, NULL_DEPTH, permutation_null
+from normrank.sweep.rank import WeightGrid, rank_grids, unit_rows
+from normrank.sweep.ranx_check import ranx_cross_check
+from normrank.sweep.result import SweepRun, pct, summary_stats
+from normrank.sweep.selection import cross_validate, paired_t_p
 from normrank.sweep.weights import load_weights
 
 __all__ = ["evaluate_alphas", "run_sweep", "sweep_embeddings"]
@@ -48,22 +60,47 @@ def sweep_embeddings(
     weights: np.ndarray | None = None,
     weight_name: str = "norm",
     seed: int = DEFAULT_SEED,
-    time_baseline: bool = True,
+    controls: bool = True,
+    betas: str | Sequence[float] = DEFAULT_BETAS,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    length_unit: str = "auto",
+    ranx_check: bool = False,
 ) -> SweepRun:
     """Sweep one (dataset, model) from its embeddings: ``queries`` (nq, d) of the judged queries
-    in ``dataset.judged()`` order, ``docs`` (n, d) in ``dataset.doc_ids`` order."""
-    from ranx import Qrels
+    in ``dataset.judged()`` order, ``docs`` (n, d) in ``dataset.doc_ids`` order.
 
+    ``controls`` (norm sweeps only): the length prior over ``betas``, the length-residualised
+    norm and ``permutations`` shuffles of the norms (:mod:`normrank.sweep.controls`).
+    ``ranx_check``: also evaluate the cosine run and the paired test with ranx (cross-checks,
+    recorded in ``ranx_check``) and time one plain cosine evaluation with ranx (``cosine_eval``).
+    """
     qids, _ = dataset.judged()
     if queries.shape[0] != len(qids) or docs.shape[0] != len(dataset.doc_ids):
         raise InvalidInputError("embeddings do not match the dataset's judged queries / documents")
+    if permutations < 0:
+        raise InvalidParameterError(f"permutations must be >= 0, got {permutations}")
     metrics = list(dict.fromkeys([CV_METRIC, *metrics]))
     k = max(int(m.split("@")[1]) for m in metrics)
+    with_controls = controls and weights is None
     t0 = time.perf_counter()
-    scores, pos, timing = rank_all_alphas(queries, docs, weights, alphas, k)
+    timing: dict[str, float] = {}
+    dnorm = np.linalg.norm(np.asarray(docs, dtype=np.float64), axis=1)
+    depth = max(k, NULL_CANDIDATES) if with_controls else k
+    grids = [WeightGrid("norm", weights, list(alphas), depth)]
+    if with_controls:
+        t = time.perf_counter()
+        beta_grid = parse_grid(betas, "beta")
+        lengths, unit = document_lengths(model, dataset.doc_texts, length_unit)
+        resid, fit = length_residual(dnorm, lengths)
+        grids.append(WeightGrid("length", lengths, beta_grid, NULL_DEPTH))
+        grids.append(WeightGrid("residual", resid, list(alphas), NULL_DEPTH))
+        timing["controls_lengths"] = time.perf_counter() - t
+    ranked, rt, cosines = rank_grids(queries, docs, grids, keep_cosines=with_controls and permutations > 0)
+    scores, pos = ranked["norm"]
+    timing["cosine_matmul"], timing["reweight_topk"] = rt["cosine_matmul"], rt["rank_norm"]
     t = time.perf_counter()
-    qrels_list = [dataset.qrels[q] for q in qids]
-    per_query = evaluate_alphas(pos, qrels_list, dataset.doc_ids, metrics)
+    qm = QrelsMatrix([dataset.qrels[q] for q in qids], {d: i for i, d in enumerate(dataset.doc_ids)})
+    per_query = {m: per_query_metric(m, pos, qm) for m in metrics}
     timing["metrics"] = time.perf_counter() - t
     # The α-sweep proper: cosines once, every α re-weighted and ranked exactly, every metric.
     timing["alpha_sweep"] = timing["cosine_matmul"] + timing["reweight_topk"] + timing["metrics"]
@@ -73,24 +110,44 @@ def sweep_embeddings(
     rows = np.arange(len(qids))
     cv_pq = per_query[CV_METRIC][chosen, rows]
     i0 = list(alphas).index(0.0)
-    qrels = Qrels({q: dataset.qrels[q] for q in qids})
-    cos_run = ranx_run("cosine", qids, scores[i0], pos[i0], dataset.doc_ids)
-    p = paired_p_ranx(
-        qrels, cos_run, lambda: ranx_run("cv", qids, scores[chosen, rows], pos[chosen, rows], dataset.doc_ids),
-        per_query[CV_METRIC][i0], cv_pq,
-    )  # fmt: skip
-    # Cross-check the vectorised metrics against ranx on the cosine run.
-    from ranx import evaluate
+    p = paired_t_p(per_query[CV_METRIC][i0], cv_pq)
+    timing["cv_and_test"] = time.perf_counter() - t
+    # Everything the norm alone needs (the controls' extra ranking is timed apart below).
+    timing["sweep_norm"] = timing["alpha_sweep"] + timing["cv_and_test"]
 
-    ranx_cos = evaluate(qrels, cos_run, metrics, make_comparable=True)
-    ranx_cos = ranx_cos if isinstance(ranx_cos, dict) else {metrics[0]: ranx_cos}
-    check = {m: float(abs(ranx_cos[m] - per_query[m][i0].mean())) for m in metrics}
-    timing["cv_and_ranx"] = time.perf_counter() - t
+    control_entry = None
+    if with_controls:
+        t = time.perf_counter()
+        cos_pq = per_query[CV_METRIC][i0]
+        control_entry = {
+            "length_unit": unit,
+            "spearman_norm_length": spearman(dnorm, lengths),
+            "length": weight_control(ranked["length"][1], beta_grid, qm, cos_pq, folds, seed, "beta"),
+            "residual": {
+                "fit": fit,
+                **weight_control(ranked["residual"][1], alphas, qm, cos_pq, folds, seed, "alpha"),
+            },
+        }
+        timing["controls_rank"] = rt["rank_length"] + rt["rank_residual"] + time.perf_counter() - t
+        t = time.perf_counter()
+        real_gain = pct(float(cv_pq.mean()), float(cos_pq.mean()))
+        info: dict[str, float] = {"fallback_fraction": 0.0}
+        null = np.zeros(0)
+        if permutations:
+            qn, dn = unit_rows(queries, "queries")[0], unit_rows(docs, "documents")[0]
+            null, info = permutation_null(
+                qn, dn, dnorm, cosines, pos[i0], scores[i0], alphas, qm, fold, permutations, seed
+            )
+        control_entry["permutation"] = {**permutation_summary(null, real_gain, permutations, seed), **info}
+        timing["controls_null"] = time.perf_counter() - t
+        timing["controls"] = sum(timing[x] for x in ("controls_lengths", "controls_rank", "controls_null"))
     timing["sweep_total"] = time.perf_counter() - t0
-    if time_baseline:
-        timing["cosine_eval"] = _time_cosine_eval(queries, docs, k, qids, qrels, dataset.doc_ids, metrics)
 
-    dnorm = np.linalg.norm(np.asarray(docs, dtype=np.float64), axis=1)
+    check: dict[str, float] = {}
+    if ranx_check:
+        check, timing["cosine_eval"] = ranx_cross_check(
+            dataset, qids, scores[:, :, :k], pos[:, :, :k], chosen, i0, per_query, metrics, p, queries, docs
+        )
     run = SweepRun(
         dataset=dataset.name,
         model=model if weights is None else f"{model}+{weight_name}",
@@ -106,29 +163,12 @@ def sweep_embeddings(
         weight=weight_name,
         weight_stats=None if weights is None else summary_stats(np.asarray(weights, dtype=np.float64)),
         timing=timing,
-        ranx_check={"max_abs_diff_cosine": max(check.values())},
+        ranx_check=check,
+        controls=control_entry,
     )
     if by_depth:
         run.by_depth = depth_table(dataset, run)
     return run
-
-
-def _time_cosine_eval(
-    queries: np.ndarray,
-    docs: np.ndarray,
-    k: int,
-    qids: list[str],
-    qrels: Any,
-    doc_ids: Sequence[str],
-    metrics: list[str],
-) -> float:
-    """Seconds for one plain cosine evaluation: exact top-k by cosine, then ranx on that run."""
-    from ranx import evaluate
-
-    t = time.perf_counter()
-    scores, pos, _ = rank_all_alphas(queries, docs, None, [0.0], k)
-    evaluate(qrels, ranx_run("cos", qids, scores[0], pos[0], doc_ids), metrics, make_comparable=True)
-    return time.perf_counter() - t
 
 
 def run_sweep(
@@ -148,6 +188,11 @@ def run_sweep(
     seed: int = DEFAULT_SEED,
     encoder_options: dict[str, Any] | None = None,
     on_run: Callable[[SweepRun], None] | None = None,
+    controls: bool = True,
+    betas: str | Sequence[float] = DEFAULT_BETAS,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    length_unit: str = "auto",
+    ranx_check: bool = False,
 ) -> list[SweepRun]:
     """Sweep every (dataset, model) pair and return the runs (write them with
     :func:`normrank.sweep.report.write_all`).
@@ -155,6 +200,8 @@ def run_sweep(
     ``datasets``: BEIR folders, BEIR names or ir_datasets ids (see :func:`normrank.data.load_dataset`),
     or loaded :class:`Dataset` objects. ``models``: names for :func:`normrank.encoders.load_encoder`.
     ``weights``: ``"FILE.npz:KEY"`` specs, each swept beside the norm (score = cos * w**alpha).
+    ``controls``, ``betas``, ``permutations``, ``length_unit``, ``ranx_check``: see
+    :func:`sweep_embeddings`.
     """
     from normrank.data import load_dataset
     from normrank.embedding_cache import EmbeddingCache
@@ -177,7 +224,8 @@ def run_sweep(
             for wname, w in extra:
                 run = sweep_embeddings(
                     ds, model, q, d, alphas=grid, metrics=mlist, folds=folds, by_depth=by_depth,
-                    weights=w, weight_name=wname, seed=seed,
+                    weights=w, weight_name=wname, seed=seed, controls=controls, betas=betas,
+                    permutations=permutations, length_unit=length_unit, ranx_check=ranx_check,
                 )  # fmt: skip
                 runs.append(run)
                 if on_run is not None:

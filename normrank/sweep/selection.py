@@ -7,6 +7,7 @@ run is compared with cosine by a paired t-test.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from normrank.errors import InvalidParameterError
 from normrank.settings import CV_METRIC
 
-__all__ = ["argbest", "cross_validate", "paired_p_ranx", "ranx_run"]
+__all__ = ["argbest", "cross_validate", "cv_choose_many", "paired_p_ranx", "paired_t_p", "ranx_run"]
 
 
 def argbest(values: np.ndarray, alphas: Sequence[float]) -> int:
@@ -50,6 +51,78 @@ def cross_validate(
         fold_alphas.append(float(alphas[ai]))
         chosen[fold == f] = ai
     return fold_alphas, fold, chosen
+
+
+def cv_choose_many(per_query: np.ndarray, alphas: Sequence[float], fold: np.ndarray) -> np.ndarray:
+    """:func:`cross_validate`'s choice for many sweeps at once, on given folds.
+
+    Args:
+        per_query: (B, n_alphas, nq) values of the selection metric for B sweeps.
+        fold: (nq,) fold of each query (from :func:`cross_validate`).
+    Returns:
+        (B, nq) held-out values: each query scored at the α chosen on the other folds, with
+        :func:`argbest`'s tie rule (closest to 0, then smaller).
+    """
+    a = np.asarray(alphas, dtype=np.float64)
+    pref = np.lexsort((a, np.abs(a)))  # the tie order of argbest
+    pq = per_query[:, pref]
+    out = np.empty((pq.shape[0], pq.shape[2]))
+    for f in np.unique(fold):
+        test = fold == f
+        train_mean = pq[:, :, ~test].mean(axis=2)  # as cross_validate computes it: equal ties
+        ok = train_mean >= train_mean.max(axis=1, keepdims=True) - 1e-12
+        chosen = np.argmax(ok, axis=1)  # first acceptable in tie order
+        out[:, test] = np.take_along_axis(pq[:, :, test], chosen[:, None, None], 1)[:, 0]
+    return out
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = (
+        math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+        / a
+    )
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    return front * (f - 1.0)
+
+
+def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided paired t-test p-value of per-query values ``b`` vs ``a``: the test of scipy's
+    ``ttest_rel``, which ranx's ``compare(stat_test="student")`` runs (tests check equality).
+    The t tail is written out (``p = I_{df/(df+t^2)}(df/2, 1/2)``) because importing scipy.stats
+    costs seconds in a fresh process, more than the whole sweep. 1.0 when the two never differ."""
+    d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    n = d.size
+    if n < 2 or not np.any(d):
+        return 1.0
+    sd = float(d.std(ddof=1))
+    if sd == 0:  # every query moved by the same amount: the t statistic is infinite
+        return 0.0
+    t = float(d.mean()) / (sd / math.sqrt(n))
+    df = n - 1
+    return float(min(1.0, _betainc(df / 2.0, 0.5, df / (df + t * t))))
 
 
 def ranx_run(
