@@ -24,7 +24,7 @@ from normrank.sweep.metrics import QrelsMatrix, per_query_metric
 from normrank.sweep.result import pct
 from normrank.sweep.selection import argbest, cross_validate, paired_t_p
 
-__all__ = ["length_residual", "permutation_summary", "spearman", "weight_control"]
+__all__ = ["average_ranks", "length_residual", "permutation_summary", "spearman", "weight_control"]
 
 
 def length_residual(norms: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
@@ -40,7 +40,7 @@ def length_residual(norms: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray,
     return np.exp(resid), {"intercept": a, "slope": b, "r2": r2}
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
+def average_ranks(x: np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank (as ``scipy.stats.rankdata``)."""
     order = np.argsort(x, kind="stable")
     xs = x[order]
@@ -60,7 +60,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return 0.0
-    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+    return float(np.corrcoef(average_ranks(x), average_ranks(y))[0, 1])
 
 
 def weight_control(

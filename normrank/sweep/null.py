@@ -65,7 +65,7 @@ def permutation_null(
     fold: np.ndarray,
     k: int,
     seed: int,
-) -> tuple[np.ndarray, dict[str, float]]:
+) -> tuple[np.ndarray, dict[str, object]]:
     """Cross-validated NDCG@10 gains (percent, vs cosine) of ``k`` permutations of ``norms``.
 
     Args:
@@ -74,7 +74,8 @@ def permutation_null(
         alphas: the grid (with 0). qm: the judgements. fold: (nq,) fold of each query.
     Returns:
         ``(null_gains (k,), info)``; ``info["fallback_fraction"]``: share of (permutation, α ≠ 0,
-        query) triples that were ranked again over all documents.
+        query) triples that were ranked again over all documents; ``info["relative_curve"]``:
+        quantiles over permutations of each α's mean NDCG@10 / cosine's (the shuffled band).
     """
     n, nq = norms.shape[0], cand_pos.shape[0]
 
@@ -154,4 +155,11 @@ def permutation_null(
     base = ndcg[0, i0].mean() if k else 0.0
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
     total = k * (len(a) - 1) * nq
-    return gains, {"fallback_fraction": redo / total if total else 0.0}
+    info: dict[str, object] = {"fallback_fraction": redo / total if total else 0.0}
+    if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
+        rel_curve = ndcg.mean(axis=2) / base
+        info["relative_curve"] = {
+            q: [float(x) for x in np.quantile(rel_curve, v, axis=0)]
+            for q, v in (("q05", 0.05), ("median", 0.5), ("q95", 0.95), ("max", 1.0))
+        }
+    return gains, info

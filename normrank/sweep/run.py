@@ -131,7 +131,7 @@ def sweep_embeddings(
         timing["controls_rank"] = rt["rank_length"] + rt["rank_residual"] + time.perf_counter() - t
         t = time.perf_counter()
         real_gain = pct(float(cv_pq.mean()), float(cos_pq.mean()))
-        info: dict[str, float] = {"fallback_fraction": 0.0}
+        info: dict[str, object] = {"fallback_fraction": 0.0}
         null = np.zeros(0)
         if permutations:
             qn, dn = unit_rows(queries, "queries")[0], unit_rows(docs, "documents")[0]
