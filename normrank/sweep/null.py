@@ -97,7 +97,7 @@ def permutation_null(
     rel_c = np.take_along_axis(dense_rel, cand_pos, 1)
     idcg = qm.idcg(NULL_DEPTH)
     c_low = cand_cos.min(axis=1)  # >= every non-candidate's cosine
-    m = 0 if exhaustive else min(HIGH_WEIGHT_DOCS, n - cand_pos.shape[1] - 1)
+    m = 0 if exhaustive else max(0, min(HIGH_WEIGHT_DOCS, n - cand_pos.shape[1] - 1))
     by_norm = np.argsort(norms, kind="stable")
     is_cand = np.zeros((nq, n), dtype=bool)
     is_cand[np.arange(nq)[:, None], cand_pos] = True
@@ -130,6 +130,7 @@ def permutation_null(
                 ch = cos_cols(h.ravel()).reshape(nq, b, m).transpose(1, 0, 2)
                 np.multiply(ch, wa32[top_norms][None, None], out=s[..., C:])
                 s[..., C:][is_cand[qix, h[:, None, :]]] = -np.inf  # already among the candidates
+            if not exhaustive:
                 tau = wa[by_norm[-m - 1] if alpha > 0 else by_norm[m]]  # largest weight left out
                 bound = np.where(c_low >= 0, c_low * tau, c_low * wa.min()).astype(np.float32)
                 bad = (s > bound[None, :, None]).sum(axis=-1) < kk

@@ -112,7 +112,9 @@ def plot_diagnosis(run: SweepRun, verdict: str, path: Path) -> None:
         hx.hist(null, bins=min(30, max(5, len(null) // 3)), color="0.7")
     hx.axvline(run.cv_gain_pct, color="C0", lw=2, label=f"real norm {run.cv_gain_pct:+.1f}%")
     hx.axvline(c["length"]["cv"]["gain_pct"], color="C1", lw=1.5, ls="--", label="length prior")
-    hx.axvline(c["residual"]["cv"]["gain_pct"], color="C2", lw=1.5, ls="--", label="norm, log-length regressed out")
+    hx.axvline(
+        c["residual"]["cv"]["gain_pct"], color="C2", lw=1.5, ls="--", label="norm, log-length regressed out"
+    )
     hx.set_xlabel(f"cross-validated {CV_METRIC} gain vs cosine (%)")
     hx.set_ylabel(f"shuffled norms (K = {c['permutation']['k']})")
     hx.legend(fontsize=7)
