@@ -7,7 +7,14 @@ from pathlib import Path
 import typer
 
 from normrank.cli.app import app
-from normrank.settings import DEFAULT_ALPHAS, DEFAULT_FOLDS, DEFAULT_METRICS, DEFAULT_SEED
+from normrank.settings import (
+    DEFAULT_ALPHAS,
+    DEFAULT_BETAS,
+    DEFAULT_FOLDS,
+    DEFAULT_METRICS,
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+)
 from normrank.sweep.metrics import METRICS
 
 
@@ -44,6 +51,15 @@ def sweep_command(
     batch_size: int = typer.Option(64, help="Texts per encoder batch."),
     max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
     seed: int = typer.Option(DEFAULT_SEED, help="Seed of the CV fold assignment."),
+    controls: bool = typer.Option(
+        True, help="Length prior, length-residualised norm and permutation null beside the norm."
+    ),
+    permutations: int = typer.Option(DEFAULT_PERMUTATIONS, help="Shuffles of the norms for the null (K)."),
+    betas: str = typer.Option(DEFAULT_BETAS, help="β grid of the length prior len^β."),
+    length_unit: str = typer.Option("auto", help="auto (the model's tokenizer, else words) | words."),
+    ranx_check: bool = typer.Option(
+        False, help="Cross-check metrics and test with ranx and time one cosine evaluation with ranx."
+    ),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
@@ -51,26 +67,36 @@ def sweep_command(
 
     from normrank.errors import NormrankError
     from normrank.sweep import run_sweep
-    from normrank.sweep.report import markdown_table, write_all
+    from normrank.sweep.report import controls_table, markdown_table, write_all
 
     err = Console(stderr=True)
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
 
     def report(run) -> None:
-        err.print(
+        line = (
             f"[green]{run.dataset} · {run.model}[/green]: cosine {run.mean('ndcg@10')[run.i0]:.4f}, "
             f"best α {run.best_alpha:+g} ({run.gain_pct():+.1f}%), CV {run.cv_gain_pct:+.1f}% (p={run.p_value:.3g})"
         )
+        if run.controls:
+            c = run.controls
+            line += (
+                f"; length CV {c['length']['cv']['gain_pct']:+.1f}% (p={c['length']['cv']['p_value']:.3g}), "
+                f"residual CV {c['residual']['cv']['gain_pct']:+.1f}%, permutation p={c['permutation']['p_value']:.3g}"
+            )
+        err.print(line)
 
     try:
         runs = run_sweep(
             data, model, alphas=alphas, metrics=metrics, folds=folds, by_depth=by_depth, weights=weights,
             data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
-            seed=seed, encoder_options=options, on_run=report,
+            seed=seed, encoder_options=options, on_run=report, controls=controls, betas=betas,
+            permutations=permutations, length_unit=length_unit, ranx_check=ranx_check,
         )  # fmt: skip
         write_all(runs, out)
     except NormrankError as e:
         err.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from e
     print(markdown_table(runs))
+    if any(r.controls for r in runs):
+        print(controls_table(runs))
     err.print(f"wrote {out}/sweep.json, sweep.md, sweep.png, per_query.csv")
