@@ -110,8 +110,9 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
     text = [
         "# Norm-weighted retrieval sweep: score = cos(q, d) · ‖d‖^α\n",
         f"Metrics: {', '.join(metrics)}. Oracle best α is chosen on the test queries (as the paper's Fig. 4); "
-        f"the CV α is chosen on the other folds and scored on held-out queries; p is ranx's paired t-test "
-        f"of the pooled held-out {CV_METRIC} against cosine (α = 0).\n",
+        f"the CV α is chosen on the other folds and scored on held-out queries; p is the two-sided paired t-test "
+        f"(ranx's `student`, scipy's ttest_rel; equal, computed here without either) of the pooled held-out "
+        f"{CV_METRIC} against cosine (α = 0).\n",
         markdown_table(runs),
         f"\n## {CV_METRIC} relative to cosine, per α\n",
         _alpha_table(runs) if runs else "",
@@ -136,11 +137,11 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
 def _timing_table(runs: Sequence[SweepRun]) -> str:
     """Seconds per stage, embeddings cached. Each column is what its header names."""
     out = [
-        "\n## Timing (seconds, embeddings cached)\n",
+        "\n## Timing (seconds, embeddings cached)\n\n",
         "α-sweep: the cosine matrix once, every α re-weighted and ranked exactly, all metrics. Norm total: "
         "the α-sweep + cross-validation + paired t-test. Controls: lengths + the length and residual grids "
         "ranked + the permutation null. One cosine evaluation (only with `--ranx-check`): exact top-k by "
-        "cosine + ranx's metrics, ranx already loaded.\n",
+        "cosine + ranx's metrics, ranx already loaded.\n\n",
         "| dataset | model | α-sweep | norm total | controls (of which null) | everything | one cosine eval (ranx) | "
         "norm total / cosine eval | everything / cosine eval |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     ]
