@@ -121,21 +121,31 @@ def permutation_null(
                 continue
             wa = np.power(norms64, alpha)
             wa32 = wa.astype(np.float32)
+            sorted_w = np.sort(wa32)
             np.multiply(cc32[None], wa32[src], out=s[..., :C])
             bad = np.zeros((b, nq), dtype=bool)
             h = np.zeros((b, 1), dtype=np.int64)
+            ma = m
             if m:
-                top_norms = by_norm[-m:] if alpha > 0 else by_norm[:m]  # largest weights w**α
-                h = inv[:, top_norms]  # (b, m) the documents carrying them
-                ch = cos_cols(h.ravel()).reshape(nq, b, m).transpose(1, 0, 2)
-                np.multiply(ch, wa32[top_norms][None, None], out=s[..., C:])
-                s[..., C:][is_cand[qix, h[:, None, :]]] = -np.inf  # already among the candidates
+                # Only documents whose weight beats (candidates' 10th best) / (C-th cosine) can
+                # enter; size the high-weight set for 99% of the rows (the rest fall back).
+                s10 = np.partition(s[..., :C], C - kk, axis=-1)[..., C - kk]
+                need = np.where(c_low > 0, s10 / np.maximum(c_low, 1e-30), np.inf)
+                count = n - np.searchsorted(sorted_w, need.ravel(), side="right")
+                ma = int(min(m, np.quantile(count, 0.99)))
+            if ma:
+                top_norms = by_norm[-ma:] if alpha > 0 else by_norm[:ma]  # largest weights w**α
+                h = inv[:, top_norms]  # (b, ma) the documents carrying them
+                ch = cos_cols(h.ravel()).reshape(nq, b, ma).transpose(1, 0, 2)
+                np.multiply(ch, wa32[top_norms][None, None], out=s[..., C : C + ma])
+                s[..., C : C + ma][is_cand[qix, h[:, None, :]]] = -np.inf  # already among the candidates
+            sa, wa_cols = s[..., : C + ma], C + ma
             if not exhaustive:
-                tau = wa[by_norm[-m - 1] if alpha > 0 else by_norm[m]]  # largest weight left out
+                tau = wa[by_norm[-ma - 1] if alpha > 0 else by_norm[ma]]  # largest weight left out
                 bound = np.where(c_low >= 0, c_low * tau, c_low * wa.min()).astype(np.float32)
-                bad = (s > bound[None, :, None]).sum(axis=-1) < kk
-            idx = np.argpartition(s, W - kk, axis=-1)[..., W - kk :]
-            sv = np.take_along_axis(s, idx, -1)
+                bad = (sa > bound[None, :, None]).sum(axis=-1) < kk
+            idx = np.argpartition(sa, wa_cols - kk, axis=-1)[..., wa_cols - kk :]
+            sv = np.take_along_axis(sa, idx, -1)
             in_c = idx < C
             ci, hi = np.where(in_c, idx, 0), np.where(in_c, 0, idx - C)
             pos_c = np.take_along_axis(np.broadcast_to(cand_pos, (b, nq, C)), ci, -1)
