@@ -56,7 +56,7 @@ def test_diagnose_json_is_the_pinned_schema(tmp_path, monkeypatch) -> None:
 
     import numpy as np
 
-    from normrank.sweep import diagnose as diagnose_module
+    from normrank.sweep import diagnosis as diagnose_module
 
     folder = tmp_path / "unseen"
     _write_beir(folder)

@@ -34,7 +34,7 @@ def diagnose_command(
     from rich.console import Console
 
     from normrank.errors import NormrankError
-    from normrank.sweep.diagnose import diagnose
+    from normrank.sweep.diagnosis import diagnose
     from normrank.sweep.plot import plot_diagnosis
     from normrank.sweep.report import write_json
 

@@ -16,7 +16,7 @@ One step per module, flowing one way::
     run          orchestration; returns runs, writes nothing    run_sweep, sweep_embeddings
     ranx_check   cross-checks and the baseline with ranx        ranx_cross_check
     calibration  pooled AUROC / threshold of cos, q- and sym.   calibration
-    diagnose     one collection, one verdict                    diagnose, Diagnosis
+    diagnosis    one collection, one verdict                    diagnose, Diagnosis
     report, plot sweep.json / .md / per_query.csv, the figures  write_all (the CLI calls it)
 """
 
@@ -24,7 +24,7 @@ from normrank.settings import CV_METRIC, DEFAULT_ALPHAS
 from normrank.sweep.calibration import calibration
 from normrank.sweep.controls import length_residual, weight_control
 from normrank.sweep.depth import depth_table
-from normrank.sweep.diagnose import Diagnosis, diagnose
+from normrank.sweep.diagnosis import Diagnosis, diagnose
 from normrank.sweep.embed import embed_dataset, model_key
 from normrank.sweep.grid import parse_alphas, parse_grid
 from normrank.sweep.lengths import document_lengths
