@@ -6,9 +6,10 @@ through the same α grid and the same folds as the real norm. The p-value is the
 ``(1 + #{null gain >= real gain}) / (K + 1)``.
 
 Fast because only the weights change, never the cosines. Each (permutation, α) is ranked among
-the real run's cosine top-C candidates (C = 100) plus the m = 256 documents that this
-permutation gives the largest weights ``w**α``. Any other document has a cosine <= the C-th and a
-weight <= the (m+1)-th largest, so when more than 10 of those scores beat that bound, their top-10
+the real run's cosine top-C candidates (C = 100) plus the m documents that this permutation
+gives the largest weights ``w**α`` (m sized per α: enough for 99% of the rows to beat the bound,
+at most 1024; 0 where the candidates settle it). Any other document has a cosine <= the C-th and
+a weight <= the (m+1)-th largest, so when more than 10 of those scores beat that bound, their top-10
 IS the exact top-10; the (permutation, α, query) triples where it is not are ranked again over
 all documents. Equal scores are ranked by document position; which of two documents tied
 bit-for-bit at exactly the 10th place is kept is left to ``argpartition`` (a tie that real-valued
@@ -30,7 +31,7 @@ __all__ = ["NULL_CANDIDATES", "NULL_DEPTH", "permutation_null", "permutations"]
 NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric (NDCG@10)
 # The sweep ranks the cosine run at least this deep when the null runs: its candidates.
 NULL_CANDIDATES = 100
-HIGH_WEIGHT_DOCS = 256  # per permutation and sign of α, scored exactly beside the candidates
+HIGH_WEIGHT_DOCS = 1024  # at most, per permutation and sign of α, scored exactly beside the candidates
 _CHUNK_SCORES = 1 << 22  # (permutations x queries x candidates) floats per chunk
 
 
