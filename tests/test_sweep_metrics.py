@@ -91,6 +91,11 @@ def test_cv_choose_many_equals_cross_validate() -> None:
     alphas = [-1.0, -0.5, 0.0, 0.5]
     pq = np.round(rng.random((6, 4, 50)), 1)  # rounded: many ties, the tie rule matters
     _, fold, _ = cross_validate(pq[0], alphas, 5, seed=3)
+    for f in range(5):  # alpha = +0.5 ties -0.5 on every union of folds, yet differs per query
+        sel = np.flatnonzero(fold == f)
+        pq[:, 3, sel] = pq[:, 1, rng.permutation(sel)]
+        pq[:, 1, sel] += 0.5  # and both are the best, so the tie is what decides
+        pq[:, 3, sel] += 0.5
     got = cv_choose_many(pq, alphas, fold)
     for b in range(6):
         _, _, chosen = cross_validate(pq[b], alphas, 5, seed=3)
