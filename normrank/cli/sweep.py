@@ -6,15 +6,8 @@ from pathlib import Path
 
 import typer
 
+from normrank import settings
 from normrank.cli.app import app
-from normrank.settings import (
-    DEFAULT_ALPHAS,
-    DEFAULT_BETAS,
-    DEFAULT_FOLDS,
-    DEFAULT_METRICS,
-    DEFAULT_PERMUTATIONS,
-    DEFAULT_SEED,
-)
 from normrank.sweep.metrics import METRICS
 
 
@@ -27,15 +20,18 @@ def sweep_command(
         ..., "--model", "-m", help="Encoder name or path; repeat for several models."
     ),
     alphas: str = typer.Option(
-        DEFAULT_ALPHAS, help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."
+        settings.DEFAULT_ALPHAS,
+        help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added.",
     ),
     metrics: str = typer.Option(
-        DEFAULT_METRICS, help=f"Comma list of NAME@K, NAME one of {', '.join(METRICS)}."
+        settings.DEFAULT_METRICS, help=f"Comma list of NAME@K, NAME one of {', '.join(METRICS)}."
     ),
     by_depth: bool = typer.Option(
         False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."
     ),
-    folds: int = typer.Option(DEFAULT_FOLDS, help="Folds over queries for the cross-validated α (>= 2)."),
+    folds: int = typer.Option(
+        settings.DEFAULT_FOLDS, help="Folds over queries for the cross-validated α (>= 2)."
+    ),
     weights: list[str] = typer.Option(
         [],
         "--weights",
@@ -50,12 +46,14 @@ def sweep_command(
     split: str = typer.Option("test", help="qrels split to evaluate."),
     batch_size: int = typer.Option(64, help="Texts per encoder batch."),
     max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
-    seed: int = typer.Option(DEFAULT_SEED, help="Seed of the CV fold assignment."),
+    seed: int = typer.Option(settings.DEFAULT_SEED, help="Seed of the CV fold assignment."),
     controls: bool = typer.Option(
         True, help="Length prior, length-residualised norm and permutation null beside the norm."
     ),
-    permutations: int = typer.Option(DEFAULT_PERMUTATIONS, help="Shuffles of the norms for the null (K)."),
-    betas: str = typer.Option(DEFAULT_BETAS, help="β grid of the length prior len^β."),
+    permutations: int = typer.Option(
+        settings.DEFAULT_PERMUTATIONS, help="Shuffles of the norms for the null (K)."
+    ),
+    betas: str = typer.Option(settings.DEFAULT_BETAS, help="β grid of the length prior len^β."),
     length_unit: str = typer.Option("auto", help="auto (the model's tokenizer, else words) | words."),
     ranx_check: bool = typer.Option(
         False, help="Cross-check metrics and test with ranx and time one cosine evaluation with ranx."
