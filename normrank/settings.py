@@ -47,7 +47,7 @@ DEFAULT_SEED = 0
 # Length-prior exponent grid (score = cos * len**β): step 0.05 resolves β ≈ 0.1.
 DEFAULT_BETAS = "-0.5:0.5:0.05"
 # Calibration exponent grid (score = cos * ||q||**-γ [* ||d||**-γ], the paper's eq. 4.20).
-DEFAULT_GAMMAS = "-1:2:0.1"
+DEFAULT_GAMMAS = "-3:3:0.1"
 # Random permutations of the norms for the null: 99 gives p-values in steps of 0.01.
 DEFAULT_PERMUTATIONS = 99
 SWEEP_BLOCK_FLOATS = 1 << 22  # cosine block (queries x docs) kept near 16 MB

@@ -73,7 +73,7 @@ def diagnose_command(
     for name, key in (("cos", "cos"), ("cos·‖q‖^−γ", "query"), ("cos·‖q‖^−γ‖d‖^−γ", "symmetric")):
         e = cal[key]
         print(f"| {name} | {', '.join(f'{g:g}' for g in e['cv_gammas']) or '-'} | {e['auroc']:.3f} | "
-              f"{e['best_threshold_precision']:.3f} ({e['best_threshold_f1']:.3f}) |")  # fmt: skip
+              f"{e['threshold_precision']:.3f} ({e['threshold_f1']:.3f}) |")  # fmt: skip
     print(f"\n{dg.verdict}")
     err.print(
         f"wrote {out}/diagnosis.png, calibration.json, sweep.json" + (f", {json_out}" if json_out else "")

@@ -6,8 +6,9 @@ The paper (“Optimization Dynamics Imprint Semantic Specificity in Contrastive 
 across varying queries". Among each query's cosine top-100 candidates, pooled over queries, three
 scores are compared: ``cos``, ``cos · ‖q‖^−γ`` (re-scales queries only: rankings unchanged) and the
 symmetric one, with γ chosen by cross-validation over queries (the sweep's folds) on pooled
-AUROC. Reported: held-out pooled AUROC, and the precision (and F1) of the single global
-threshold that maximises F1.
+AUROC. Reported per held-out fold, then averaged over folds: the AUROC of that fold's pairs
+pooled, and the precision (and F1) there of the single global threshold that maximises F1 on the
+other folds (so neither γ nor the threshold sees the pairs it is scored on).
 """
 
 from __future__ import annotations
@@ -76,21 +77,27 @@ def calibration(
     out: dict[str, Any] = {"depth": CALIBRATION_DEPTH, "gammas": [float(x) for x in g], "pairs": int(valid.sum()),
                            "relevant_pairs": int(labels[valid].sum())}  # fmt: skip
     for name, fn in forms.items():
-        if fn is None:
-            held, chosen = cos, []
-        else:
-            grid = [fn(gam) for gam in g]
-            held, chosen = np.empty_like(cos), []
-            for f in np.unique(fold):
-                train = (fold != f)[:, None] & valid
-                aucs = np.array([auroc(sg[train], labels[train]) for sg in grid])
-                ok = np.flatnonzero(aucs >= aucs.max() - 1e-12)
-                gi = ok[np.argmin(np.abs(g[ok]))]  # ties: the γ closest to 0 (plain cosine)
-                chosen.append(float(g[gi]))
-                held[fold == f] = grid[gi][fold == f]
+        grid = [cos] if fn is None else [fn(gam) for gam in g]
+        chosen, aucs_f, prec_f, f1_f = [], [], [], []
+        for f in np.unique(fold):
+            train, test = (fold != f)[:, None] & valid, (fold == f)[:, None] & valid
+            aucs = np.array([auroc(sg[train], labels[train]) for sg in grid])
+            ok = np.flatnonzero(aucs >= aucs.max() - 1e-12)
+            gi = 0 if fn is None else int(ok[np.argmin(np.abs(g[ok]))])  # ties: the γ closest to 0
+            chosen.append(float(g[gi]) if fn is not None else 0.0)
+            sg = grid[gi]
+            # Held out: this fold's pairs pooled, scored with the γ and the threshold of the others.
+            t = best_threshold(sg[train], labels[train])["threshold"]
+            kept, y = sg[test] >= t, labels[test]
+            tp = int((kept & y).sum())
+            prec, rec = tp / max(int(kept.sum()), 1), tp / max(int(y.sum()), 1)
+            aucs_f.append(auroc(sg[test], y))
+            prec_f.append(prec)
+            f1_f.append(2 * prec * rec / (prec + rec) if prec + rec else 0.0)
         out[name] = {
-            "cv_gammas": chosen,
-            "auroc": auroc(held[valid], labels[valid]),
-            **{f"best_threshold_{k}": v for k, v in best_threshold(held[valid], labels[valid]).items()},
+            "cv_gammas": chosen if fn is not None else [],
+            "auroc": float(np.mean(aucs_f)),
+            "threshold_precision": float(np.mean(prec_f)),
+            "threshold_f1": float(np.mean(f1_f)),
         }
     return out
