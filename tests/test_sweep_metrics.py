@@ -117,3 +117,30 @@ def test_auroc_and_threshold_against_definitions() -> None:
         f1s.append((2 * p * r / (p + r) if p + r else 0.0, p))
     f1, p = max(f1s)
     assert best["f1"] == pytest.approx(f1) and best["precision"] == pytest.approx(p)
+
+
+def test_calibration_per_fold_against_brute_force() -> None:
+    """cos's held-out AUROC = the mean over folds of the pairwise definition on that fold's pairs
+    (top-100 cosine candidates); with γ = 0 only, every form equals cosine."""
+    from normrank.sweep.calibration import calibration
+
+    rng = np.random.default_rng(4)
+    nq, n = 24, 150
+    q, d = rng.standard_normal((nq, 6)), rng.standard_normal((n, 6)) * rng.uniform(0.5, 2, (n, 1))
+    qrels = [{f"d{j}": 1 for j in rng.choice(n, 5, replace=False)} for _ in range(nq)]
+    qm = QrelsMatrix(qrels, {f"d{j}": j for j in range(n)})
+    _, fold, _ = cross_validate(np.zeros((1, nq)), [0.0], 4, seed=1)
+    got = calibration(q, d, qm, fold, [0.0])
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
+    top = np.argsort(-cos, axis=1, kind="stable")[:, :100]
+    rel = np.array([[f"d{j}" in qrels[i] for j in top[i]] for i in range(nq)])
+    s = np.take_along_axis(cos, top, 1)
+    want = []
+    for f in range(4):
+        ss, yy = s[fold == f].ravel(), rel[fold == f].ravel()
+        pos, neg = ss[yy], ss[~yy]
+        want.append((pos[:, None] > neg[None]).mean() + 0.5 * (pos[:, None] == neg[None]).mean())
+    assert got["cos"]["auroc"] == pytest.approx(np.mean(want), rel=1e-6)
+    for form in ("query", "symmetric"):
+        assert got[form]["auroc"] == pytest.approx(got["cos"]["auroc"], rel=1e-12)
+        assert got[form]["threshold_precision"] == pytest.approx(got["cos"]["threshold_precision"])
