@@ -24,17 +24,6 @@ import time
 import numpy as np
 
 
-class _NoBar:
-    def add_task(self, *a, **k):
-        return 0
-
-    def advance(self, *a, **k):
-        pass
-
-    def remove_task(self, *a, **k):
-        pass
-
-
 def _model_time(parts: dict[str, float], n: int, m: int, pair_texts: int = 0) -> float:
     """Predicted seconds for n documents, m steps and (head) P distinct pair texts."""
     g = parts["grad_step_s"]
@@ -77,7 +66,7 @@ def main() -> None:
 
     from normrank.encoders import load_encoder
     from normrank.probe import load_pairs, probe
-    from normrank.probe.estimator import _CachedModel, _pair_embedder, _step_grads
+    from normrank.probe.estimator import replay_model, step_gradients
     from normrank.probe.fastpath import detect_tail
     from normrank.probe.pairs import read_corpus
     from normrank.probe.scopes import resolve_scope
@@ -98,7 +87,7 @@ def main() -> None:
         ids_scoped = {id(p) for _, p in sc.params}
         for p in module.parameters():
             p.requires_grad_(id(p) in ids_scoped)
-        g = _t(lambda sc=sc: _step_grads(model, sc, pairs, idx, 0.05), repeat=2)
+        g = _t(lambda sc=sc: step_gradients(model, sc, pairs, idx, 0.05), repeat=2)
         for p in module.parameters():
             p.requires_grad_(True)
         tail = detect_tail(model, sc.head, sc.head_path or "", sub[:4]) if sc.head is not None else None
@@ -122,16 +111,14 @@ def main() -> None:
                     for ca in caches:
                         tail.delta(ca, dw, db)
                 t = (time.perf_counter() - t0) / (3 * n)
-                embed = _pair_embedder(model, tail, pairs, [idx], args.encode_batch_size, _NoBar())
+                stand_in = replay_model(model, tail, pairs, [idx], args.encode_batch_size)
                 for p in module.parameters():
                     p.requires_grad_(id(p) in ids_scoped)
                 with torch.enable_grad():
-                    g = _t(
-                        lambda embed=embed, sc=sc: _step_grads(_CachedModel(embed), sc, pairs, idx, 0.05), 2
-                    )
+                    g = _t(lambda stand_in=stand_in, sc=sc: step_gradients(stand_in, sc, pairs, idx, 0.05), 2)
                 for p in module.parameters():
                     p.requires_grad_(True)
-                del embed
+                del stand_in
                 parts = {
                     "grad_step_s": g,
                     "capture_per_doc_s": c,

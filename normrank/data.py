@@ -159,7 +159,7 @@ def resolve_beir_folder(name: str, data_dir: str | Path | None = None, *, downlo
             return d / name
     if not download:
         raise DatasetNotFoundError(f"BEIR dataset {name!r} not found in {[str(d) for d in searched]}")
-    from normrank.encoders.resolve import cache_root
+    from normrank.settings import cache_root
 
     target = Path(data_dir) if data_dir is not None else cache_root() / "beir"
     try:

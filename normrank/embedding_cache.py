@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from normrank.encoders.resolve import cache_root
+from normrank.settings import cache_root
 
 if TYPE_CHECKING:
     from normrank.encoders import Encoder

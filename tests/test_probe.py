@@ -362,3 +362,60 @@ def test_write_probe_outputs(tmp_path):
     assert (tmp_path / "probe.png").stat().st_size > 1000
     with pytest.raises(InvalidInputError):
         write_probe(r, ["a"], tmp_path / "x")
+
+
+def test_run_probe_orchestrates_pairs_subset_and_batch_clamp(tmp_path):
+    """The library call the CLI makes: self-pairs from a corpus-only folder, a seeded subset,
+    the minibatch clamped to the pairs available, and the same estimates as calling probe()."""
+    from normrank.probe import run_probe
+
+    docs = [{"_id": f"d{i}", "title": f"w{i}", "text": f"w{i + 10} w{i + 20}"} for i in range(8)]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+    model = TokenModel()
+    run = run_probe(tmp_path, model, scope="full", steps=3, batch_size=50, probe_docs=5, pairs="self", seed=2)
+    sel = np.sort(np.random.default_rng(2).choice(8, 5, replace=False))
+    assert run.doc_ids == [f"d{i}" for i in sel]
+    assert run.batch_size == 8 and run.notes and "8 pairs" in run.notes[0]
+    assert run.pair_source == "self-pairs"
+    texts = [f"w{i} w{i + 10} w{i + 20}" for i in sel]
+    pairs = [(f"w{i}", f"w{i + 10} w{i + 20}") for i in range(8)]
+    ref = probe(TokenModel(), texts, pairs, steps=3, batch_size=8, scope="full", seed=2)
+    np.testing.assert_allclose(run.result.heat, ref.heat, rtol=1e-12)
+    # "auto" on a folder without train qrels falls back to self-pairs from the same documents.
+    assert run_probe(tmp_path, TokenModel(), scope="full", steps=2, batch_size=4).pair_source.startswith(
+        "self-pairs"
+    )
+    with pytest.raises(InvalidParameterError):
+        run_probe(tmp_path, model, probe_docs=-1)
+    with pytest.raises(InvalidParameterError, match="torch"):
+        run_probe(tmp_path, object(), steps=1)
+    from normrank.errors import NormrankError
+
+    with pytest.raises(NormrankError, match="not found"):
+        run_probe(tmp_path / "missing-folder-x", model)
+
+
+@pytest.mark.parametrize("model_cls", [LinearModel, TokenModel])
+def test_replay_model_gives_the_models_own_step_gradients(model_cls):
+    """The public pieces the probe benchmark times: gradients through the replayed stand-in equal
+    those through the model itself."""
+    from normrank.probe.estimator import replay_model, step_gradients
+    from normrank.probe.fastpath import detect_tail
+    from normrank.probe.scopes import resolve_scope
+
+    model = model_cls()
+    model.torch_module.eval()  # as probe() does: dropout off
+    pairs = _pairs(16)
+    sample = VOCAB[:4] if model_cls is LinearModel else [" ".join(VOCAB[i : i + 3]) for i in (0, 5, 9, 20)]
+    sc = resolve_scope(model, "head", sample[0])
+    tail = detect_tail(model, sc.head, sc.head_path or "", sample)
+    assert tail is not None
+    idx = np.arange(6)
+    stand_in = replay_model(model, tail, pairs, [idx], encode_batch_size=4)
+    assert stand_in is not model
+    for got, want in zip(
+        step_gradients(stand_in, sc, pairs, idx, 0.05),
+        step_gradients(model, sc, pairs, idx, 0.05),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)

@@ -20,8 +20,7 @@ from normrank.sweep import (
     rank_all_alphas,
     sweep_embeddings,
 )
-from normrank.sweep_metrics import QrelsMatrix, parse_metrics, per_query_metric
-from normrank.sweep_report import write_all
+from normrank.sweep.report import write_all
 from normrank.topk import reweighted_topk
 
 ranx = pytest.importorskip("ranx")
@@ -39,49 +38,6 @@ def test_grid_forms() -> None:
     for bad in ("", "a:b:c", "1:0:0.1", "0:1:0", "nan"):
         with pytest.raises(InvalidParameterError):
             parse_alphas(bad)
-
-
-def test_metric_parsing() -> None:
-    assert parse_metrics("ndcg@10, recall@100,ndcg@10") == ["ndcg@10", "recall@100"]
-    for bad in ("ndcg", "foo@10", "ndcg@0", ""):
-        with pytest.raises(InvalidParameterError):
-            parse_metrics(bad)
-
-
-def random_case(rng: np.random.Generator, nq: int = 40, n: int = 60, k: int = 20):
-    doc_ids = [f"d{i}" for i in range(n)]
-    qrels = []
-    for _ in range(nq):
-        judged = {
-            f"d{j}": int(rng.integers(0, 4)) for j in rng.choice(n, int(rng.integers(0, 6)), replace=False)
-        }
-        if rng.random() < 0.3:
-            judged["not-in-corpus"] = 2  # relevant but unretrievable: still counts for recall / IDCG
-        qrels.append(judged)
-    pos = np.stack([rng.permutation(n)[:k] for _ in range(nq)])
-    pos[0, k - 3 :] = -1  # a short ranking (FAISS padding)
-    return doc_ids, qrels, pos
-
-
-@pytest.mark.parametrize("metric", ["ndcg@10", "ndcg@3", "recall@20", "mrr@10", "precision@5", "hit_rate@10"])
-def test_vectorised_metrics_equal_ranx(metric: str) -> None:
-    rng = np.random.default_rng(1)
-    doc_ids, qrels, pos = random_case(rng)
-    got = per_query_metric(metric, pos[None], QrelsMatrix(qrels, {d: i for i, d in enumerate(doc_ids)}))[0]
-    qids = [f"q{i}" for i in range(len(qrels))]
-    qd = {q: j for q, j in zip(qids, qrels, strict=True) if any(v > 0 for v in j.values())}
-    run = {
-        q: {doc_ids[p]: float(pos.shape[1] - r) for r, p in enumerate(pos[i]) if p >= 0}
-        for i, q in enumerate(qids)
-        if q in qd
-    }
-    ref_run = ranx.Run(run)
-    ranx.evaluate(ranx.Qrels(qd), ref_run, metric, make_comparable=True)
-    keep = [i for i, q in enumerate(qids) if q in qd]
-    ref = [ref_run.scores[metric][qids[i]] for i in keep]
-    np.testing.assert_allclose(got[keep], ref, atol=1e-12)
-    # Queries without any relevant document score 0 (ranx drops them; they never reach the sweep).
-    assert np.all(got[[i for i in range(len(qids)) if i not in keep]] == 0)
 
 
 def test_rank_all_alphas_is_exact() -> None:
@@ -190,12 +146,17 @@ def planted_dataset(
 def test_sweep_finds_negative_alpha_on_planted_signal(tmp_path: Path) -> None:
     ds, q, docs = planted_dataset()
     run = sweep_embeddings(
-        ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5
+        ds, "toy", q, docs, alphas=parse_alphas(), metrics=["ndcg@10", "recall@100"], folds=5, ranx_check=True
     )
     assert run.best_alpha < 0 and run.gain_pct() > 5
     assert all(a < 0 for a in run.cv_alphas) and run.cv_gain_pct > 5
     assert 0 <= run.p_value < 0.05
     assert run.ranx_check["max_abs_diff_cosine"] < 1e-9
+    # The scipy paired test on our per-query arrays is ranx's compare(stat_test="student").
+    assert run.ranx_check["abs_diff_p_value"] < 1e-9 and run.p_value == pytest.approx(
+        run.ranx_check["p_value_ranx"]
+    )
+    assert run.timing["cosine_eval"] > 0
     # The per-alpha mean equals an independent numpy ranking + ranx for one alpha.
     norms = np.linalg.norm(docs.astype(np.float64), axis=1)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T

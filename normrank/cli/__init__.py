@@ -7,7 +7,7 @@ import importlib
 
 from normrank.cli.app import app
 
-for _module in ("index", "sweep", "probe"):
+for _module in ("index", "sweep", "diagnose", "probe"):
     try:
         importlib.import_module(f"normrank.cli.{_module}")
     except ModuleNotFoundError as e:  # a command module not present in this build

@@ -34,50 +34,21 @@ def probe_command(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Estimate each document's norm R, drift D~ and heat V~^2 (paper Appendix H) and check the theory."""
-    import numpy as np
     from rich.console import Console
 
-    from normrank.encoders import load_encoder
-    from normrank.errors import InvalidParameterError, NormrankError
-    from normrank.probe import load_pairs, probe, self_pairs, write_probe
-    from normrank.probe.pairs import read_corpus
+    from normrank.errors import NormrankError
+    from normrank.probe import run_probe, write_probe
 
     console = Console(stderr=True)
     try:
-        ids, titles, bodies, texts = read_corpus(data)
-        if pairs == "self":
-            pair_list, pair_src = self_pairs(titles, bodies), "self-pairs"
-        else:
-            pair_list, pair_src = load_pairs(
-                data if pairs == "auto" else Path(pairs), titles=titles, texts=bodies
-            )
-        if batch_size > len(pair_list):
-            console.print(
-                f"[yellow]only {len(pair_list)} pairs: --batch-size {batch_size} -> {len(pair_list)}[/yellow]"
-            )
-            batch_size = len(pair_list)
-        if probe_docs < 0:
-            raise InvalidParameterError(f"--probe-docs must be >= 0, got {probe_docs}")
-        if 0 < probe_docs < len(ids):
-            sel = np.sort(np.random.default_rng(seed).choice(len(ids), probe_docs, replace=False))
-            ids, texts = [ids[i] for i in sel], [texts[i] for i in sel]
-        encoder = load_encoder(model)
-        if not hasattr(encoder, "torch_module"):
-            raise InvalidParameterError(f"{model} is not a torch model; the probe needs gradients")
-        result = probe(
-            encoder,
-            texts,
-            pair_list,
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            temperature=temperature,
-            scope=scope,
-            seed=seed,
-            encode_batch_size=encode_batch_size,
-            fast_path=fast_path,
-            progress=not quiet,
-        )
+        run = run_probe(
+            data, model, scope=scope, steps=steps, batch_size=batch_size, lr=lr, temperature=temperature,
+            probe_docs=probe_docs, pairs=pairs, seed=seed, encode_batch_size=encode_batch_size,
+            fast_path=fast_path, progress=not quiet,
+        )  # fmt: skip
+        for note in run.notes:
+            console.print(f"[yellow]{note}[/yellow]")
+        result, ids = run.result, run.doc_ids
         payload = write_probe(
             result,
             ids,
@@ -85,7 +56,7 @@ def probe_command(
             settings={
                 "data": str(data),
                 "model": model,
-                "pairs": pair_src,
+                "pairs": run.pair_source,
                 "probe_docs": len(ids),
                 "title": f"{Path(data).name}, {model}, scope={scope}",
             },

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from normrank import settings
 from normrank.cli.app import app
+from normrank.sweep.metrics import METRICS
 
 
 @app.command("sweep")
@@ -18,15 +20,18 @@ def sweep_command(
         ..., "--model", "-m", help="Encoder name or path; repeat for several models."
     ),
     alphas: str = typer.Option(
-        "-2:1:0.25", help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added."
+        settings.DEFAULT_ALPHAS,
+        help="α grid: START:STOP:STEP (stop included) or a comma list; 0 is always added.",
     ),
     metrics: str = typer.Option(
-        "ndcg@10,recall@100,mrr@10", help="Comma list of NAME@K (ndcg, recall, mrr, precision, hit_rate)."
+        settings.DEFAULT_METRICS, help=f"Comma list of NAME@K, NAME one of {', '.join(METRICS)}."
     ),
     by_depth: bool = typer.Option(
         False, "--by-depth", help="Also report per query-depth bucket (heading-path query ids)."
     ),
-    folds: int = typer.Option(5, help="Folds over queries for the cross-validated α (>= 2)."),
+    folds: int = typer.Option(
+        settings.DEFAULT_FOLDS, help="Folds over queries for the cross-validated α (>= 2)."
+    ),
     weights: list[str] = typer.Option(
         [],
         "--weights",
@@ -41,7 +46,18 @@ def sweep_command(
     split: str = typer.Option("test", help="qrels split to evaluate."),
     batch_size: int = typer.Option(64, help="Texts per encoder batch."),
     max_seq_length: int = typer.Option(None, help="Override the encoder's maximum tokens per text."),
-    seed: int = typer.Option(0, help="Seed of the CV fold assignment."),
+    seed: int = typer.Option(settings.DEFAULT_SEED, help="Seed of the CV fold assignment."),
+    controls: bool = typer.Option(
+        True, help="Length prior, length-residualised norm and permutation null beside the norm."
+    ),
+    permutations: int = typer.Option(
+        settings.DEFAULT_PERMUTATIONS, help="Shuffles of the norms for the null (K)."
+    ),
+    betas: str = typer.Option(settings.DEFAULT_BETAS, help="β grid of the length prior len^β."),
+    length_unit: str = typer.Option("auto", help="auto (the model's tokenizer, else words) | words."),
+    ranx_check: bool = typer.Option(
+        False, help="Cross-check metrics and test with ranx and time one cosine evaluation with ranx."
+    ),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
@@ -49,25 +65,36 @@ def sweep_command(
 
     from normrank.errors import NormrankError
     from normrank.sweep import run_sweep
-    from normrank.sweep_report import markdown_table
+    from normrank.sweep.report import controls_table, markdown_table, write_all
 
     err = Console(stderr=True)
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
 
     def report(run) -> None:
-        err.print(
+        line = (
             f"[green]{run.dataset} · {run.model}[/green]: cosine {run.mean('ndcg@10')[run.i0]:.4f}, "
             f"best α {run.best_alpha:+g} ({run.gain_pct():+.1f}%), CV {run.cv_gain_pct:+.1f}% (p={run.p_value:.3g})"
         )
+        if run.controls:
+            c = run.controls
+            line += (
+                f"; length CV {c['length']['cv']['gain_pct']:+.1f}% (p={c['length']['cv']['p_value']:.3g}), "
+                f"residual CV {c['residual']['cv']['gain_pct']:+.1f}%, permutation p={c['permutation']['p_value']:.3g}"
+            )
+        err.print(line)
 
     try:
         runs = run_sweep(
             data, model, alphas=alphas, metrics=metrics, folds=folds, by_depth=by_depth, weights=weights,
-            out=out, data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
-            seed=seed, encoder_options=options, on_run=report,
+            data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
+            seed=seed, encoder_options=options, on_run=report, controls=controls, betas=betas,
+            permutations=permutations, length_unit=length_unit, ranx_check=ranx_check,
         )  # fmt: skip
+        write_all(runs, out)
     except NormrankError as e:
         err.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from e
     print(markdown_table(runs))
+    if any(r.controls for r in runs):
+        print(controls_table(runs))
     err.print(f"wrote {out}/sweep.json, sweep.md, sweep.png, per_query.csv")

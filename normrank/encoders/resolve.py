@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from normrank.errors import MissingDependencyError
+from normrank.settings import cache_root
 
 __all__ = ["OFFLINE_HINT", "ResolvedModel", "cache_root", "resolve_offline"]
 
@@ -39,12 +40,6 @@ class ResolvedModel:
     kind: str
     tokenizer: Path | None = None
     max_seq_length: int | None = None
-
-
-def cache_root() -> Path:
-    """``$NORMRANK_CACHE`` or ``~/.cache/normrank``."""
-    env = os.environ.get("NORMRANK_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "normrank"
 
 
 def _short(name: str) -> str:

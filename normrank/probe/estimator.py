@@ -29,7 +29,7 @@ from normrank.probe.stats import WelfordTrace
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ProbeResult", "probe", "sample_batches"]
+__all__ = ["ProbeResult", "probe", "replay_model", "sample_batches", "step_gradients"]
 
 
 @dataclass
@@ -83,19 +83,31 @@ def _check_args(
 
 
 def _progress(enabled: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TimeElapsedColumn(),  # remaining time alone reads 0:00:00 once a bar is done
         TimeRemainingColumn(),
         disable=not enabled,
         transient=False,
     )
 
 
-def _step_grads(model: Any, scope: Scope, pairs: list[tuple[str, str]], idx: np.ndarray, temperature: float):
+def step_gradients(
+    model: Any, scope: Scope, pairs: list[tuple[str, str]], idx: np.ndarray, temperature: float
+) -> list[Any]:
+    """Gradients of one virtual minibatch's loss (pairs ``idx``) w.r.t. the scope's parameters
+    (zeros for parameters the loss does not reach). One step of the probe; public for timing."""
     import torch
 
     za = model.embed_tensor([pairs[i][0] for i in idx])
@@ -240,7 +252,7 @@ def _run_generic(model, sc, uniq, pairs, batches, lr, temperature, ebs, bar):
     task = bar.add_task(f"probe ({sc.name}, generic)", total=len(batches))
     try:
         for idx in batches:
-            grads = _step_grads(model, sc, pairs, idx, temperature)
+            grads = step_gradients(model, sc, pairs, idx, temperature)
             with torch.no_grad():
                 for p, g in zip(params, grads, strict=True):
                     p.sub_(lr * g)
@@ -295,7 +307,7 @@ def _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, ebs, bar):
     task = bar.add_task(f"gradients ({sc.name}, {tail.kind})", total=len(batches))
     dws, dbs = [], []
     for idx in batches:
-        grads = _step_grads(src, sc, pairs, idx, temperature)
+        grads = step_gradients(src, sc, pairs, idx, temperature)
         dws.append((-lr * grads[0]).detach())
         dbs.append((-lr * grads[1]).detach() if head.bias is not None else None)
         bar.advance(task)
@@ -318,8 +330,21 @@ def _run_fast(model, sc, tail, uniq, pairs, batches, lr, temperature, ebs, bar):
     return norm, stats
 
 
+def replay_model(
+    model: Any, tail: Any, pairs: list[tuple[str, str]], batches: Any, encode_batch_size: int = 32
+) -> Any:
+    """What the fast path hands :func:`step_gradients`: a stand-in for ``model`` whose pair
+    embeddings come from features captured once at the head's input by ``tail``
+    (``normrank.probe.fastpath.detect_tail``); ``model`` itself when those would not fit in memory."""
+    import torch
+
+    with torch.no_grad(), _progress(False) as bar:
+        embed = _pair_embedder(model, tail, pairs, batches, encode_batch_size, bar)
+    return model if embed is None else _CachedModel(embed)
+
+
 class _CachedModel:
-    """Stands in for the model in :func:`_step_grads`: embeddings from cached features."""
+    """Stands in for the model in :func:`step_gradients`: embeddings from cached features."""
 
     def __init__(self, embed) -> None:
         self.embed_tensor = embed

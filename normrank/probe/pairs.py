@@ -15,6 +15,7 @@ import csv
 import json
 from pathlib import Path
 
+from normrank.data import resolve_beir_folder
 from normrank.errors import InvalidInputError
 
 __all__ = ["load_pairs", "pairs_from_qrels", "pairs_from_tsv", "read_corpus", "self_pairs"]
@@ -31,25 +32,18 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
 
 
 def read_corpus(folder: str | Path) -> tuple[list[str], list[str], list[str], list[str]]:
-    """``(doc_ids, titles, bodies, doc_texts)`` of a BEIR folder, ``doc_text = title + " " + body``.
+    """``(doc_ids, titles, bodies, doc_texts)`` of a BEIR folder (or a BEIR name, resolved as
+    :func:`normrank.data.resolve_beir_folder` does), ``doc_text = title + " " + body``.
 
-    Uses ``normrank.data.load_dataset`` when available, else reads ``corpus.jsonl`` directly.
+    Only ``corpus.jsonl`` is needed: the probe reads documents, not queries or judgements.
     """
-    try:
-        from normrank.data import load_dataset
-    except ImportError:
-        load_dataset = None
-    if load_dataset is not None:
-        ds = load_dataset(str(folder))
-        titles, texts = [str(t or "") for t in ds.doc_titles], list(ds.doc_texts)
-        bodies = [
-            x[len(t) :].strip() if t and x.startswith(t) else x for t, x in zip(titles, texts, strict=True)
-        ]
-        return list(ds.doc_ids), titles, bodies, texts
-    path = Path(folder) / "corpus.jsonl"
-    if not path.is_file():
+    path = Path(folder)
+    if not path.is_dir():
+        path = resolve_beir_folder(str(folder), download=False)
+    corpus = path / "corpus.jsonl"
+    if not corpus.is_file():
         raise InvalidInputError(f"{folder} is not a BEIR folder (no corpus.jsonl)")
-    rows = _read_jsonl(path)
+    rows = _read_jsonl(corpus)
     ids = list(rows)
     titles = [str(rows[i].get("title") or "") for i in ids]
     bodies = [str(rows[i].get("text") or "") for i in ids]

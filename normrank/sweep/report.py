@@ -7,9 +7,17 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from normrank.sweep import CV_METRIC, SweepRun
+from normrank.settings import CV_METRIC
+from normrank.sweep.result import SweepRun
 
-__all__ = ["markdown_table", "write_all", "write_csv", "write_json", "write_markdown", "write_plot"]
+__all__ = [
+    "controls_table",
+    "markdown_table",
+    "write_all",
+    "write_csv",
+    "write_json",
+    "write_markdown",
+]
 
 
 def write_json(runs: Sequence[SweepRun], path: Path) -> None:
@@ -35,6 +43,30 @@ def markdown_table(runs: Sequence[SweepRun]) -> str:
             f"| {r.dataset} | {r.model} | {r.n_docs} | {r.n_queries} | {r.norm_stats['cv']:.3f} | {m[r.i0]:.4f} | "
             f"{r.best_alpha:+g} | {m[r.best_index]:.4f} | {r.gain_pct():+.1f}% | {cv_alphas} | {r.cv_mean:.4f} | "
             f"{r.cv_gain_pct:+.1f}% | {_fmt_p(r.p_value)} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def controls_table(runs: Sequence[SweepRun]) -> str:
+    """Norm beside its controls: CV gains (paired t-test p vs cosine) and the permutation p."""
+    with_c = [r for r in runs if r.controls]
+    if not with_c:
+        return ""
+    head = (
+        "| dataset | model | Spearman(‖d‖, length) | norm: CV gain (p) | length len^β: best β, CV gain (p) | "
+        "norm, log-length regressed out: slope, CV gain (p) | shuffled norms: K, median / max CV gain | permutation p |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|\n"
+    )
+    rows = []
+    for r in with_c:
+        c = r.controls
+        ln, rs, pm = c["length"], c["residual"], c["permutation"]
+        rows.append(
+            f"| {r.dataset} | {r.model} | {c['spearman_norm_length']:+.2f} ({c['length_unit']}) | "
+            f"{r.cv_gain_pct:+.1f}% ({_fmt_p(r.p_value)}) | {ln['best_beta']:+.2f}, {ln['cv']['gain_pct']:+.1f}% "
+            f"({_fmt_p(ln['cv']['p_value'])}) | {rs['fit']['slope']:+.2f}, {rs['cv']['gain_pct']:+.1f}% "
+            f"({_fmt_p(rs['cv']['p_value'])}) | {pm['k']}, {pm['null_median_pct']:+.1f}% / {pm['null_max_pct']:+.1f}% | "
+            f"{_fmt_p(pm['p_value']) if pm['k'] else ''} |"
         )
     return head + "\n".join(rows) + "\n"
 
@@ -78,57 +110,51 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
     text = [
         "# Norm-weighted retrieval sweep: score = cos(q, d) · ‖d‖^α\n",
         f"Metrics: {', '.join(metrics)}. Oracle best α is chosen on the test queries (as the paper's Fig. 4); "
-        f"the CV α is chosen on the other folds and scored on held-out queries; p is ranx's paired t-test "
-        f"of the pooled held-out {CV_METRIC} against cosine (α = 0).\n",
+        f"the CV α is chosen on the other folds and scored on held-out queries; p is the two-sided paired t-test "
+        f"(ranx's `student`, scipy's ttest_rel; equal, computed here without either) of the pooled held-out "
+        f"{CV_METRIC} against cosine (α = 0).\n",
         markdown_table(runs),
         f"\n## {CV_METRIC} relative to cosine, per α\n",
         _alpha_table(runs) if runs else "",
         _depth_table(runs),
     ]
+    if any(r.controls for r in runs):
+        text += [
+            "\n## Is it the norm, or the length, or chance? (controls from the same cosine matrix)\n",
+            "Each weight is selected and tested exactly as the norm (same folds, paired t-test vs cosine). "
+            "Length: tokens of the model's tokenizer where found, else words. norm with log-length regressed out: the residual "
+            "of a least-squares fit log ‖d‖ = a + b log length on this collection (b shown). Shuffled norms: "
+            "the norms permuted over documents K times, each through the same α grid and CV; the permutation "
+            "p is (1 + #{shuffled gain ≥ real gain}) / (K + 1).\n",
+            controls_table(runs),
+        ]
     timing = [r for r in runs if "sweep_total" in r.timing]
     if timing:
-        text.append(
-            "\n## Timing (seconds, embeddings cached)\n\n| dataset | model | sweep | one cosine evaluation | ratio |\n|---|---|---:|---:|---:|\n"
-        )
-        for r in timing:
-            base = r.timing.get("cosine_eval")
-            ratio = f"{r.timing['sweep_total'] / base:.2f}×" if base else ""
-            text.append(
-                f"| {r.dataset} | {r.model} | {r.timing['sweep_total']:.3f} | "
-                f"{'' if base is None else f'{base:.3f}'} | {ratio} |\n"
-            )
+        text.append(_timing_table(timing))
     path.write_text("\n".join(text))
 
 
-def write_plot(runs: Sequence[SweepRun], path: Path) -> None:
-    """NDCG@10 relative to cosine against α, one line per dataset, one panel per model (paper Fig. 4)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    models = list(dict.fromkeys(r.model for r in runs))
-    datasets = sorted({r.dataset for r in runs})
-    fig, axes = plt.subplots(
-        1, len(models), figsize=(4.2 * len(models) + 2.6, 4.2), dpi=90, sharey=True, squeeze=False
-    )
-    cmap = plt.get_cmap("tab10")
-    for ax, model in zip(axes[0], models, strict=True):
-        for r in (r for r in runs if r.model == model):
-            m = r.mean(CV_METRIC)
-            if m[r.i0]:
-                ax.plot(r.alphas, m / m[r.i0], marker="o", markersize=3, lw=1.2,
-                        color=cmap(datasets.index(r.dataset) % 10), label=r.dataset)  # fmt: skip
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.axvline(0.0, color="grey", lw=0.8)
-        ax.set_title(model, fontsize=10)
-        ax.set_xlabel("α  (score = cos · ‖d‖^α)")
-    axes[0][0].set_ylabel(f"{CV_METRIC} / {CV_METRIC} at α = 0 (cosine)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1 - 2.5 / fig.get_figwidth(), 1))
-    fig.savefig(path)
-    plt.close(fig)
+def _timing_table(runs: Sequence[SweepRun]) -> str:
+    """Seconds per stage, embeddings cached. Each column is what its header names."""
+    out = [
+        "\n## Timing (seconds, embeddings cached)\n\n",
+        "α-sweep: the cosine matrix once, every α re-weighted and ranked exactly, all metrics. Norm total: "
+        "the α-sweep + cross-validation + paired t-test. Controls: lengths + the length and residual grids "
+        "ranked + the permutation null. One cosine evaluation (only with `--ranx-check`): exact top-k by "
+        "cosine + ranx's metrics, ranx already loaded.\n\n",
+        "| dataset | model | α-sweep | norm total | controls (of which null) | everything | one cosine eval (ranx) | "
+        "norm total / cosine eval | everything / cosine eval |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    ]
+    for r in runs:
+        t = r.timing
+        base = t.get("cosine_eval")
+        ctrl = f"{t['controls']:.3f} ({t['controls_null']:.3f})" if "controls" in t else ""
+        ratio = f"{t['sweep_norm'] / base:.2f}× | {t['sweep_total'] / base:.2f}×" if base else " | "
+        out.append(
+            f"| {r.dataset} | {r.model} | {t['alpha_sweep']:.3f} | {t['sweep_norm']:.3f} | {ctrl} | "
+            f"{t['sweep_total']:.3f} | {'' if base is None else f'{base:.3f}'} | {ratio} |\n"
+        )
+    return "".join(out)
 
 
 def write_csv(runs: Sequence[SweepRun], path: Path) -> None:
@@ -164,6 +190,8 @@ def write_all(runs: Sequence[SweepRun], out: Path) -> None:
     write_markdown(runs, out / "sweep.md")
     write_csv(runs, out / "per_query.csv")
     if runs:
+        from normrank.sweep.plot import write_plot
+
         write_plot(runs, out / "sweep.png")
     else:  # keep the promised file set even for an empty sweep
         (out / "sweep.png").unlink(missing_ok=True)

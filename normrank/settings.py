@@ -1,0 +1,53 @@
+"""Settings and defaults in one place: every module and command reads them from here.
+
+A leaf module (standard library only), so that anything may import it without a loop.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "CACHE_ENV",
+    "CV_METRIC",
+    "DEFAULT_ALPHAS",
+    "DEFAULT_BETAS",
+    "DEFAULT_FOLDS",
+    "DEFAULT_GAMMAS",
+    "DEFAULT_METRICS",
+    "DEFAULT_PERMUTATIONS",
+    "DEFAULT_SEED",
+    "SWEEP_BLOCK_FLOATS",
+    "WEIGHT_CACHE_ENTRIES",
+    "cache_root",
+]
+
+# --- where things are kept -------------------------------------------------------------------
+CACHE_ENV = "NORMRANK_CACHE"
+
+
+def cache_root() -> Path:
+    """``$NORMRANK_CACHE`` or ``~/.cache/normrank`` (embeddings, unpacked models, downloaded data)."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "normrank"
+
+
+# --- the index ---------------------------------------------------------------------------------
+# Per-α derived arrays (weights w**α, weight-sorted orders) kept per index: a few α are typical
+# per application, and each entry costs one float per document.
+WEIGHT_CACHE_ENTRIES = 8
+
+# --- the sweep -----------------------------------------------------------------------------------
+DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)
+DEFAULT_METRICS = "ndcg@10,recall@100,mrr@10"
+CV_METRIC = "ndcg@10"  # the metric α is selected on (cross-validation, oracle best α)
+DEFAULT_FOLDS = 5
+DEFAULT_SEED = 0
+# Length-prior exponent grid (score = cos * len**β): step 0.05 resolves β ≈ 0.1.
+DEFAULT_BETAS = "-0.5:0.5:0.05"
+# Calibration exponent grid (score = cos * ||q||**-γ [* ||d||**-γ], the paper's eq. 4.20).
+DEFAULT_GAMMAS = "-3:3:0.1"
+# Random permutations of the norms for the null: 99 gives p-values in steps of 0.01.
+DEFAULT_PERMUTATIONS = 99
+SWEEP_BLOCK_FLOATS = 1 << 22  # cosine block (queries x docs) kept near 16 MB

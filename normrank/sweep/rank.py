@@ -1,0 +1,104 @@
+"""Rank every α exactly: ``cos(q, d) * w**alpha`` with the cosines computed once per query block.
+
+Each α re-weights the same cosine block by ``w**alpha`` (``normrank.scoring.norm_weight``) and takes
+the exact top-k over all documents (``normrank.topk.reweighted_topk``: each α bounded by its
+neighbour's top-k; equal scores ranked by document order).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from normrank.errors import InvalidInputError
+from normrank.scoring import norm_weight
+from normrank.settings import SWEEP_BLOCK_FLOATS
+from normrank.topk import reweighted_topk
+
+__all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
+
+KEEP_COSINES_FLOATS = 1 << 26  # keep the whole cosine matrix up to 256 MB (the null reads columns of it)
+
+
+def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x / ||x||, ||x||)`` row-wise in float32; rows must be finite and non-zero."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise InvalidInputError(f"{what} must be 2-D, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
+        raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
+    return (x / norms[:, None]).astype(np.float32), norms.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class WeightGrid:
+    """One family of scores ``cos * weights**e`` for every exponent ``e`` of ``exponents``, kept to depth ``k``."""
+
+    name: str
+    weights: np.ndarray | None  # (n,) finite, > 0; None: the document norms
+    exponents: Sequence[float]
+    k: int
+
+
+def rank_grids(
+    queries: np.ndarray, docs: np.ndarray, grids: Sequence[WeightGrid], keep_cosines: bool = False
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float], np.ndarray | None]:
+    """Exact top-k of every grid from ONE cosine matrix, computed block by block.
+
+    Returns ``({name: (scores, positions)}, timing, cosines)``; scores float32 and positions
+    int64, both ``(n_exponents, nq, k)`` (positions index ``docs``; -1 pads when n < k).
+    ``timing`` has ``cosine_matmul`` and ``rank_<name>`` seconds. ``cosines``: the whole (nq, n)
+    float32 matrix when ``keep_cosines`` and it fits in :data:`KEEP_COSINES_FLOATS`, else None.
+    """
+    qn, _ = unit_rows(queries, "queries")
+    dn, dnorm = unit_rows(docs, "documents")
+    nq, n = qn.shape[0], dn.shape[0]
+    plans = []
+    for g in grids:
+        ex = np.asarray(g.exponents, dtype=np.float64)
+        # Sorted so that neighbours rank alike; the chain starts from the exponent nearest 0 (cosine).
+        order = np.argsort(ex, kind="stable")
+        first = int(np.argmin(np.abs(ex[order])))
+        w = dnorm if g.weights is None else np.asarray(g.weights, dtype=np.float32)
+        rows = np.stack([norm_weight(w, float(ex[i])) for i in order])  # w**e once per e
+        out = (np.empty((len(ex), nq, g.k), np.float32), np.empty((len(ex), nq, g.k), np.int64))
+        plans.append((g, order, first, rows, out))
+    timing = {"cosine_matmul": 0.0, **{f"rank_{g.name}": 0.0 for g in grids}}
+    block = max(1, min(nq, SWEEP_BLOCK_FLOATS // max(n, 1)))
+    kept = np.empty((nq, n), np.float32) if keep_cosines and nq * n <= KEEP_COSINES_FLOATS else None
+    for q0 in range(0, nq, block):
+        t = time.perf_counter()
+        cos = qn[q0 : q0 + block] @ dn.T
+        if kept is not None:
+            kept[q0 : q0 + cos.shape[0]] = cos
+        timing["cosine_matmul"] += time.perf_counter() - t
+        for g, order, first, rows, (scores, pos) in plans:
+            t = time.perf_counter()
+            v, p = reweighted_topk(cos, rows, g.k, first)
+            scores[order, q0 : q0 + cos.shape[0]] = v
+            pos[order, q0 : q0 + cos.shape[0]] = p
+            timing[f"rank_{g.name}"] += time.perf_counter() - t
+    return {g.name: out for g, _, _, _, out in plans}, timing, kept
+
+
+def rank_all_alphas(
+    queries: np.ndarray, docs: np.ndarray, weights: np.ndarray | None, alphas: Sequence[float], k: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Exact top-k of ``cos(q, d) * w**alpha`` for every α, the cosines computed once per block.
+
+    Args:
+        queries: (nq, d) raw query vectors. docs: (n, d) raw document vectors.
+        weights: (n,) positive per-document weights; None -> the document norms.
+        alphas: the grid. k: depth kept per query.
+
+    Returns:
+        ``(scores, positions, timing)`` with scores float32 and positions int64, both
+        ``(n_alphas, nq, k)`` (positions index ``docs``; -1 pads when n < k).
+    """
+    ranked, timing, _ = rank_grids(queries, docs, [WeightGrid("w", weights, list(alphas), k)])
+    scores, pos = ranked["w"]
+    return scores, pos, {"cosine_matmul": timing["cosine_matmul"], "reweight_topk": timing["rank_w"]}
