@@ -1,56 +1,42 @@
 """``NormIndex``: any FAISS inner-product index over unit vectors, plus the raw norms beside it,
-searched by ``cos(q, d) * ||d||**alpha`` (paper: ../shared/reference/paper.md, §4.3, §5.3)."""
+searched by ``cos(q, d) * ||d||**alpha`` (paper: "Optimization Dynamics Imprint Semantic
+Specificity in Contrastive Embedding Norms", §4.3, §5.3)."""
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
+from normrank import ann as _ann
 from normrank.errors import (
+    CorruptIndexError,
     DuplicateIdError,
     IndexStateError,
     InvalidInputError,
     InvalidParameterError,
+    NormrankError,
     UnknownIdError,
     UnsupportedIndexError,
 )
-from normrank.scoring import norm_weight
+from normrank.faiss_info import ann_params, flat_storage, inner_index, with_ids
+from normrank.index_state import IndexState
+from normrank.persistence import load_state, save_state
+from normrank.search_cache import SearchCache
 from normrank.topk import weighted_flat_search
 from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+from normrank.wrap import state_from_faiss
 
 __all__ = ["NormIndex"]
 
-_UNIT_TOLERANCE = 1e-4
 # ANN searches run this many queries at a time, so candidate arrays stay bounded.
 _ANN_QUERY_BLOCK = 256
 # "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
 # "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
 _ANN_METHODS = {"adaptive", "overfetch"}
-_WEIGHT_CACHE_SIZE = 8
-
-
-def _is_ivf(index: faiss.Index) -> bool:
-    try:
-        return faiss.extract_index_ivf(index) is not None
-    except RuntimeError:
-        return False
-
-
-def _with_ids(index: faiss.Index) -> faiss.Index:
-    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2."""
-    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
-        return index
-    if _is_ivf(index):
-        ivf = faiss.extract_index_ivf(index)
-        # reconstruct(id) on arbitrary ids needs a hash-table direct map.
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
-        return index
-    return faiss.IndexIDMap2(index)
 
 
 class NormIndex:
@@ -117,44 +103,72 @@ class NormIndex:
                 index = faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT)
             except RuntimeError as e:
                 raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
-        self._init_state(_with_ids(index), factory)
-        self.alpha = alpha
-        self.k_factor = k_factor
-        self._set_ann_options(ann, n_tail, max_depth, device)
-
-    def _set_ann_options(
-        self, ann: str, n_tail: int | None, max_depth: int | None, device: str | None
-    ) -> None:
-        """ANN and device options (see :mod:`normrank.ann` and :mod:`normrank.backends.torch_flat`)."""
-        if ann not in _ANN_METHODS:
-            raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {ann!r}")
-        for name, v in (("n_tail", n_tail), ("max_depth", max_depth)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
-                raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
         if device is not None:
             from normrank.backends.torch_flat import resolve_device
 
             resolve_device(device)  # refuse cuda without CUDA now, not at the first search
-        self.ann, self.n_tail, self.max_depth, self.device = ann, n_tail, max_depth, device
+        self.device = device
+        self._lock = threading.RLock()
+        options = {"alpha": alpha, "k_factor": k_factor, "factory": factory}
+        self._install(
+            IndexState.empty(with_ids(index), ann=ann, n_tail=n_tail, max_depth=max_depth, **options)
+        )
 
-    def _init_state(self, index: faiss.Index, factory: str | None) -> None:
-        if not hasattr(self, "ann"):  # search options survive reset(); defaults for other paths
-            self.ann, self.n_tail, self.max_depth, self.device = "adaptive", None, None, None
-        self._index = index
+    @classmethod
+    def from_state(cls, state: IndexState, *, device: str | None = None) -> NormIndex:
+        """An index holding ``state`` (as :meth:`to_state` returns it and persistence reads it).
+
+        The FAISS index is used as is, not copied. Raises an ``InvalidInputError`` for options
+        out of range and ids that repeat.
+        """
+        out = cls.__new__(cls)
+        out._lock = threading.RLock()
+        out.device = None
+        out._install(state)
+        if device is not None:
+            from normrank.backends.torch_flat import resolve_device
+
+            resolve_device(device)
+            out.device = device
+        return out
+
+    def to_state(self) -> IndexState:
+        """A snapshot of this index's state (its arrays are not copied: treat them as read-only).
+
+        The FAISS index is shared, not copied: hold no reference across a later ``add``."""
+        with self._lock:
+            tombstones = np.array(sorted(self._tombstones), dtype=np.int64)
+            return IndexState(
+                self._index, self._ids, self._norms, self._weights, tombstones, self._next_id,
+                self.alpha, self.k_factor, self.factory, self.ann, self.n_tail, self.max_depth,
+            )  # fmt: skip
+
+    def _install(self, state: IndexState) -> None:
+        """Take ``state`` as this index's (options validated first, so nothing half-set)."""
+        if state.ann not in _ANN_METHODS:
+            raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {state.ann!r}")
+        for name, v in (("n_tail", state.n_tail), ("max_depth", state.max_depth)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
+                raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
+        self.alpha = state.alpha
+        self.k_factor = state.k_factor
+        self.ann, self.n_tail, self.max_depth = state.ann, state.n_tail, state.max_depth
+        ids = np.asarray(state.ids, dtype=np.int64)
+        pos = dict(zip(ids.tolist(), range(ids.size), strict=True))
+        if len(pos) != ids.size:
+            raise DuplicateIdError("the index holds duplicate ids")
+        self._index = state.faiss_index
         # The index inside the id map, downcast once (each downcast costs microseconds a query).
         # An IndexFlat here is exact storage whose rows align with insertion order.
-        self._inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
-        self.factory = factory
-        self._lock = threading.RLock()
-        self._ids = np.empty(0, dtype=np.int64)
-        self._norms = np.empty(0, dtype=np.float32)
-        self._weights: np.ndarray | None = None
-        self._pos: dict[int, int] = {}
-        self._tombstones: set[int] = set()  # ids removed from indexes that cannot remove (HNSW)
-        self._next_id = 0
-        self._version = 0
-        self._weight_cache: dict[float, np.ndarray] = {}
-        self._aux: dict[str, Any] = {}  # derived search state (id lookup, tails, device copy)
+        self._inner = inner_index(state.faiss_index)
+        self.factory = state.factory
+        self._ids, self._pos = ids, pos
+        self._norms = np.asarray(state.norms, dtype=np.float32)
+        self._weights = None if state.weights is None else np.asarray(state.weights, dtype=np.float32)
+        self._tombstones: set[int] = set(np.asarray(state.tombstones).tolist())  # removed, kept (HNSW)
+        derived = max([int(ids.max()) + 1 if ids.size else 0, *(t + 1 for t in self._tombstones)])
+        self._next_id = max(int(state.next_id), derived)
+        self._cache = SearchCache()
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -256,7 +270,9 @@ class NormIndex:
             except RuntimeError as e:
                 raise IndexStateError(f"FAISS could not train the index: {e}") from e
 
-    def add(self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None) -> np.ndarray:
+    def add(
+        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+    ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids.
 
         ``ids`` default to consecutive integers after the largest id so far. An id already in
@@ -324,7 +340,7 @@ class NormIndex:
         """Remove everything (keeps training)."""
         with self._lock:
             self._index.reset()
-            self._init_state(self._index, self.factory)
+            self._install(IndexState.empty(self._index, **self._options()))
 
     def _check_weights(self, weights: ArrayLike, n: int) -> np.ndarray:
         w = np.asarray(weights, dtype=np.float64)
@@ -358,22 +374,21 @@ class NormIndex:
             self._changed()
 
     def _changed(self) -> None:
-        self._version += 1
-        self._weight_cache.clear()
-        self._aux = {}
+        self._cache = SearchCache()
+
+    def _options(self) -> dict[str, object]:
+        return {
+            "alpha": self.alpha, "k_factor": self.k_factor, "factory": self.factory,
+            "ann": self.ann, "n_tail": self.n_tail, "max_depth": self.max_depth,
+        }  # fmt: skip
 
     # -- search -------------------------------------------------------------------------------
 
+    def _base(self) -> np.ndarray:
+        return self._norms if self._weights is None else self._weights
+
     def _weight_for(self, alpha: float) -> np.ndarray | None:
-        if alpha == 0:
-            return None
-        w = self._weight_cache.get(alpha)
-        if w is None:
-            if len(self._weight_cache) >= _WEIGHT_CACHE_SIZE:
-                self._weight_cache.pop(next(iter(self._weight_cache)))
-            base = self._norms if self._weights is None else self._weights
-            w = self._weight_cache[alpha] = norm_weight(base, alpha)
-        return w
+        return self._cache.power(self._base(), alpha)
 
     def search(
         self,
@@ -428,25 +443,20 @@ class NormIndex:
         return scores, ids
 
     def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
-        n = flat.ntotal
-        storage = faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
+        storage = flat_storage(flat)
         if self.device is not None:
             from normrank.backends import torch_flat
 
-            store = self._aux.get("torch")
+            store = self._cache.device
             if store is None:
-                store = self._aux["torch"] = torch_flat.TorchFlatStore(storage, self.device)
+                store = self._cache.device = torch_flat.TorchFlatStore(storage, self.device)
             w = store.weights_on_device(alpha, self._weight_for(alpha))
             return torch_flat.weighted_flat_search(store.vectors, w, unit_q, k)
         return weighted_flat_search(storage, self._weight_for(alpha), unit_q, k)
 
     def _search_candidates(self, unit_q: np.ndarray, k: int, alpha: float, factor: int):
         """ANN: cosine candidates re-scored exactly; see :mod:`normrank.ann` for the method."""
-        from normrank import ann as _ann
-
-        lookup = self._aux.get("lookup")
-        if lookup is None:
-            lookup = self._aux["lookup"] = _ann.IdLookup(self._ids)
+        lookup = self._cache.id_lookup(self._ids)
         weights = self._weight_for(alpha)
         n_all = self.ntotal + len(self._tombstones)
         if self.ann == "overfetch":
@@ -454,7 +464,7 @@ class NormIndex:
                 self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
                 depth=min(n_all, k * factor),
             )  # fmt: skip
-        params = _ann.ann_params(self._inner)
+        params = ann_params(self._inner)
         depth = min(n_all, _ann.default_start(k, factor, params, n_all))
         if self.max_depth is not None:
             depth = min(depth, max(k, self.max_depth))
@@ -470,18 +480,9 @@ class NormIndex:
 
     def _weight_order(self, alpha: float):
         """The documents in decreasing ``w**alpha`` order (one per sign of alpha), built once."""
-        from normrank import ann as _ann
-
-        if alpha == 0:
-            return None
-        key = f"order{'+' if alpha > 0 else '-'}"
-        order = self._aux.get(key)
-        if order is None:
-            base = self._norms if self._weights is None else self._weights
-            order = self._aux[key] = _ann.WeightOrder(
-                base, 1 if alpha > 0 else -1, lambda pos: self._index.reconstruct_batch(self._ids[pos])
-            )
-        return order
+        return self._cache.order(
+            self._base(), alpha, lambda pos: self._index.reconstruct_batch(self._ids[pos])
+        )
 
     # -- reconstruction -----------------------------------------------------------------------
 
@@ -511,64 +512,7 @@ class NormIndex:
         hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
         as is.
         """
-        ids, inner = _stored_ids(index)
-        if norms is not None:
-            n = np.asarray(norms, dtype=np.float64)
-            if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
-                raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
-            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-                raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
-            if "Gpu" in type(index).__name__:
-                index = faiss.index_gpu_to_cpu(index)
-            out = cls.__new__(cls)
-            wrapped = index if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap) or _is_ivf(index) else None
-            if wrapped is None:
-                if not np.array_equal(ids, np.arange(index.ntotal)):
-                    raise UnsupportedIndexError("cannot wrap this index type with custom ids")
-                # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
-                wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
-                wrapped.index = index
-                wrapped.own_fields = False
-                wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
-                wrapped.ntotal = index.ntotal
-                wrapped.is_trained = index.is_trained
-                faiss.copy_array_to_vector(ids, wrapped.id_map)
-                wrapped.construct_rev_map()
-            out._init_state(wrapped, None)
-            out.alpha, out.k_factor = alpha, k_factor
-            out._set_ann_options("adaptive", None, None, None)
-            out._set_contents(ids, n.astype(np.float32))
-            return out
-        raw = _raw_vectors(index, inner)
-        _, raw_norms = split_norms(raw, what="stored vectors")
-        if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
-            raise UnsupportedIndexError(
-                "the stored vectors are already unit length, so their raw norms are lost: "
-                "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
-            )
-        if _is_ivf(inner):
-            ivf = faiss.extract_index_ivf(inner)
-            fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(index.d), index.d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
-            fresh.nprobe = ivf.nprobe
-            out = cls(fresh, alpha=alpha, k_factor=k_factor)
-            out.train(raw)
-            factory = f"IVF{ivf.nlist},Flat"
-        else:
-            out = cls(index.d, alpha=alpha, factory="Flat", k_factor=k_factor)
-            factory = "Flat"
-        out.add(raw, ids)
-        out.factory = factory
-        return out
-
-    def _set_contents(self, ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None = None) -> None:
-        self._ids = ids.astype(np.int64)
-        self._norms = norms.astype(np.float32)
-        self._weights = None if weights is None else weights.astype(np.float32)
-        self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
-        if len(self._pos) != self._ids.size:
-            raise DuplicateIdError("the index holds duplicate ids")
-        self._next_id = int(self._ids.max()) + 1 if self._ids.size else 0
-        self._changed()
+        return cls.from_state(state_from_faiss(index, norms=norms, alpha=alpha, k_factor=k_factor))
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -579,10 +523,8 @@ class NormIndex:
         of every file) naming one generation folder with ``index.faiss`` (FAISS's own format),
         ``ids.npy`` and ``norms.npy`` (and ``weights.npy``). No pickle.
         """
-        from normrank.persistence import save_index
-
         with self._lock:
-            save_index(self, path)
+            save_state(self.to_state(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NormIndex:
@@ -591,56 +533,8 @@ class NormIndex:
         Raises :class:`normrank.errors.CorruptIndexError` for a corrupt, truncated, tampered or
         unknown-format directory.
         """
-        from normrank.persistence import load_index
-
-        return load_index(cls, path)
-
-
-def _stored_ids(index: faiss.Index) -> tuple[np.ndarray, faiss.Index]:
-    """The ids of a filled index in storage order, and the index beneath any id map."""
-    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
-        return faiss.vector_to_array(index.id_map).astype(np.int64), faiss.downcast_index(index.index)
-    if _is_ivf(index):
-        ivf = faiss.extract_index_ivf(index)
-        lists = ivf.invlists
-        parts = [
-            faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
-            for i in range(ivf.nlist)
-            if lists.list_size(i)
-        ]
-        return (np.concatenate(parts) if parts else np.empty(0, np.int64)).astype(np.int64), index
-    return np.arange(index.ntotal, dtype=np.int64), index
-
-
-def _raw_vectors(index: faiss.Index, inner: faiss.Index) -> np.ndarray:
-    """The stored float32 vectors, in the order of :func:`_stored_ids`, where FAISS keeps them raw."""
-    if "Gpu" in type(inner).__name__:
-        raise UnsupportedIndexError(
-            "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
-        )
-    if isinstance(inner, faiss.IndexFlat):
-        return faiss.rev_swig_ptr(inner.get_xb(), inner.ntotal * inner.d).reshape(-1, inner.d).copy()
-    if _is_ivf(inner) and isinstance(faiss.downcast_index(faiss.extract_index_ivf(inner)), faiss.IndexIVFFlat):
-        ivf = faiss.extract_index_ivf(inner)
-        lists = ivf.invlists
-        parts = []
-        for i in range(ivf.nlist):
-            size = lists.list_size(i)
-            if size:
-                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
-                parts.append(codes.view(np.float32).reshape(size, ivf.d).copy())
-        return np.concatenate(parts) if parts else np.empty((0, ivf.d), np.float32)
-    raise UnsupportedIndexError(
-        f"{type(inner).__name__} does not keep raw vectors (compressed codes or a graph), so the norms "
-        "cannot be recovered: pass norms=... to NormIndex.from_faiss"
-    )
-
-
-def _state_arrays(index: NormIndex) -> dict[str, Any]:
-    """What persistence writes besides the FAISS file."""
-    arrays = {"ids": index._ids, "norms": index._norms}
-    if index._weights is not None:
-        arrays["weights"] = index._weights
-    if index._tombstones:
-        arrays["tombstones"] = np.array(sorted(index._tombstones), dtype=np.int64)
-    return arrays
+        state = load_state(path)
+        try:
+            return cls.from_state(state)
+        except NormrankError as e:  # options out of range, repeated ids: the file is wrong
+            raise CorruptIndexError(f"{path}: inconsistent saved state: {e}") from e

@@ -30,17 +30,17 @@ import stat
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError
+from normrank.errors import CorruptIndexError, InvalidInputError
+from normrank.faiss_info import is_gpu, is_idmap, ivf_of, stored_ids
+from normrank.faiss_io import read_faiss_index
+from normrank.index_state import IndexState
 
-if TYPE_CHECKING:
-    from normrank.index import NormIndex
-
-__all__ = ["FORMAT_VERSION", "load_index", "save_index"]
+__all__ = ["FORMAT_VERSION", "load_state", "save_state"]
 
 FORMAT = "normrank-index"
 FORMAT_VERSION = 1
@@ -89,14 +89,14 @@ def _npy_bytes(arr: np.ndarray, dtype: str) -> bytes:
     return bio.getvalue() + a.tobytes()
 
 
-def save_index(index: NormIndex, path: str | os.PathLike[str]) -> None:
-    """Write ``index`` to directory ``path`` atomically (see the module docstring)."""
+def save_state(state: IndexState, path: str | os.PathLike[str]) -> None:
+    """Write ``state`` to directory ``path`` atomically (see the module docstring)."""
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise InvalidInputError(f"{root} exists and is not a directory")
     root.mkdir(parents=True, exist_ok=True)
     with _save_lock(root):
-        _save_locked(index, root)
+        _save_locked(state, root)
 
 
 @contextlib.contextmanager
@@ -116,17 +116,25 @@ def _save_lock(root: Path):
         os.close(fd)  # closing releases the lock, also when the process dies
 
 
-def _save_locked(index: NormIndex, root: Path) -> None:
-    from normrank.index import _state_arrays
+def _state_arrays(state: IndexState) -> dict[str, np.ndarray]:
+    """What is written besides the FAISS file."""
+    arrays = {"ids": state.ids, "norms": state.norms}
+    if state.weights is not None:
+        arrays["weights"] = state.weights
+    if state.tombstones.size:
+        arrays["tombstones"] = state.tombstones
+    return arrays
 
+
+def _save_locked(state: IndexState, root: Path) -> None:
     generation = f"gen-{uuid.uuid4().hex}"
     staging = root / f"{generation}.tmp"
     staging.mkdir()
-    faiss_index = index.faiss_index
-    if "Gpu" in type(faiss_index).__name__:
+    faiss_index = state.faiss_index
+    if is_gpu(faiss_index):
         faiss_index = faiss.index_gpu_to_cpu(faiss_index)
     files = {_FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())}
-    for name, arr in _state_arrays(index).items():
+    for name, arr in _state_arrays(state).items():
         fname = f"{name}.npy"
         files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
     _fsync_dir(staging)
@@ -136,15 +144,15 @@ def _save_locked(index: NormIndex, root: Path) -> None:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "generation": generation,
-        "dim": index.dim,
-        "count": index.ntotal,
-        "alpha": index.alpha,
-        "k_factor": index.k_factor,
-        "ann": {"method": index.ann, "n_tail": index.n_tail, "max_depth": index.max_depth},
-        "factory": index.factory,
+        "dim": int(faiss_index.d),
+        "count": int(state.ids.size),
+        "alpha": state.alpha,
+        "k_factor": state.k_factor,
+        "ann": {"method": state.ann, "n_tail": state.n_tail, "max_depth": state.max_depth},
+        "factory": state.factory,
         "faiss_type": type(faiss_index).__name__,
-        "tombstones": len(index._tombstones),
-        "next_id": index._next_id,  # default ids never reuse a removed one, also after a reload
+        "tombstones": int(state.tombstones.size),
+        "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
         "files": files,
     }
     tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
@@ -278,7 +286,7 @@ def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
     return m
 
 
-def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
+def load_state(path: str | os.PathLike[str]) -> IndexState:
     """Read a directory written by :func:`save_index`; every inconsistency is a CorruptIndexError.
 
     A save running concurrently in another process may delete the generation a load is reading;
@@ -292,7 +300,7 @@ def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
         try:
             m = _manifest(root_fd, root)
             try:
-                return _load_generation(cls, root, root_fd, m)
+                return _load_generation(root, root_fd, m)
             except CorruptIndexError:
                 if attempt + 1 == _LOAD_RETRIES:
                     raise
@@ -308,7 +316,7 @@ def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str, Any]) -> NormIndex:
+def _load_generation(root: Path, root_fd: int, m: dict[str, Any]) -> IndexState:
     try:
         gen_fd = os.open(
             m["generation"],
@@ -343,41 +351,27 @@ def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str
         raise CorruptIndexError("ids.npy or tombstones.npy holds negative ids")
     if np.unique(tombstones).size != tombstones.size or np.isin(tombstones, ids).any():
         raise CorruptIndexError("tombstones.npy repeats an id or names a live id")
-    from normrank.faiss_io import read_faiss_index
-
     index = read_faiss_index(blobs[_FAISS_FILE], dim=m["dim"], count=count + tombstones.size)
     del blobs
     stored = _faiss_ids(index)
     if stored is not None:
         live = stored[~np.isin(stored, tombstones)] if tombstones.size else stored
-        same = np.array_equal(live, ids) if _is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
+        same = np.array_equal(live, ids) if is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
         if not same or live.size != stored.size - tombstones.size:
             raise CorruptIndexError("ids.npy does not match the ids inside index.faiss")
-    out = cls.__new__(cls)
-    out._init_state(index, m.get("factory") if isinstance(m.get("factory"), str) else None)
-    out.alpha = float(m["alpha"])
     kf = m.get("k_factor", 10)
-    out.k_factor = kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10
     ann = m.get("ann") if isinstance(m.get("ann"), dict) else {}
-    try:  # search options, not data: the device is a runtime choice and is not saved
-        out._set_ann_options(ann.get("method", "adaptive"), ann.get("n_tail"), ann.get("max_depth"), None)
-    except NormrankError as e:
-        raise CorruptIndexError(f"bad ANN options in the manifest: {e}") from e
-    try:
-        out._set_contents(ids, norms, weights)
-    except Exception as e:
-        raise CorruptIndexError(f"inconsistent ids: {e}") from e
-    out._tombstones = set(tombstones.tolist())
-    if out._tombstones and out._next_id <= max(out._tombstones):
-        out._next_id = max(out._tombstones) + 1
     next_id = m.get("next_id")
-    if isinstance(next_id, int) and not isinstance(next_id, bool) and out._next_id < next_id < 1 << 62:
-        out._next_id = next_id
-    return out
-
-
-def _is_idmap(index: faiss.Index) -> bool:
-    return isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap)
+    ok_next = isinstance(next_id, int) and not isinstance(next_id, bool) and 0 <= next_id < 1 << 62
+    # Search options, not data: the device is a runtime choice and is not saved.
+    return IndexState(
+        index, ids, norms, weights, tombstones,
+        next_id=next_id if ok_next else 0,
+        alpha=float(m["alpha"]),
+        k_factor=kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10,
+        factory=m.get("factory") if isinstance(m.get("factory"), str) else None,
+        ann=ann.get("method", "adaptive"), n_tail=ann.get("n_tail"), max_depth=ann.get("max_depth"),
+    )  # fmt: skip
 
 
 def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
@@ -386,19 +380,10 @@ def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
     For IVF the id -> (list, offset) direct map is rebuilt from the lists rather than trusted
     from the file: ``reconstruct`` follows it without bounds checks.
     """
-    if _is_idmap(index):
-        return faiss.vector_to_array(index.id_map).astype(np.int64)
-    try:
-        ivf = faiss.extract_index_ivf(index)
-    except RuntimeError:
-        return None
-    lists = ivf.invlists
-    parts = []
-    for i in range(ivf.nlist):
-        size = lists.list_size(i)
-        if size:
-            parts.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
-    stored = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+    stored = stored_ids(index)
+    ivf = None if stored is None or is_idmap(index) else ivf_of(index)
+    if ivf is None:
+        return stored
     if stored.size != index.ntotal:
         raise CorruptIndexError("index.faiss: the IVF lists do not hold ntotal vectors")
     if stored.size and (stored.min() < 0 or np.unique(stored).size != stored.size):

@@ -8,6 +8,7 @@ Profiles (env NORMRANK_TEST_PROFILE): ``small`` (default, CI) runs a few hundred
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections import Counter
@@ -110,11 +111,8 @@ def _fresh(factory: str) -> NormIndex:
         index.add(rng.normal(size=(10, DIM)) * rng.lognormal(size=(10, 1)), ids=np.arange(10) * 3)
         _TEMPLATES[factory] = index
     t = _TEMPLATES[factory]
-    out = NormIndex.__new__(NormIndex)
-    out._init_state(faiss.deserialize_index(faiss.serialize_index(t.faiss_index)), t.factory)
-    out.alpha, out.k_factor = t.alpha, t.k_factor
-    out._set_contents(t.ids, t.norms)
-    return out
+    copy = faiss.deserialize_index(faiss.serialize_index(t.faiss_index))
+    return NormIndex.from_state(dataclasses.replace(t.to_state(), faiss_index=copy))
 
 
 _QUERIES = np.random.default_rng(1).normal(size=(3, DIM))
@@ -206,7 +204,7 @@ def test_fuzz_sequences_then_save_load(factory, ops, tmp_path_factory):
         if op[0] == "add":
             w = (
                 None
-                if index._weights is None
+                if index.to_state().weights is None
                 else np.ones(len(np.atleast_1d(op[1])))
                 if np.ndim(op[1])
                 else None

@@ -1,0 +1,82 @@
+"""Turning a FAISS index that already holds vectors into a NormIndex state
+(:meth:`normrank.NormIndex.from_faiss`)."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.errors import InvalidInputError, UnsupportedIndexError
+from normrank.faiss_info import inner_index, is_gpu, is_idmap, ivf_of, raw_vectors, stored_ids, with_ids
+from normrank.index_state import IndexState
+from normrank.validation import as_ids, split_norms
+
+__all__ = ["state_from_faiss"]
+
+_UNIT_TOLERANCE = 1e-4
+
+
+def state_from_faiss(
+    index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
+) -> IndexState:
+    """The state of a NormIndex over the vectors in ``index`` (see ``NormIndex.from_faiss``)."""
+    ids = stored_ids(index)
+    if ids is None:
+        ids = np.arange(index.ntotal, dtype=np.int64)
+    if norms is not None:
+        return _wrap_unit(index, ids, norms, alpha, k_factor)
+    raw = raw_vectors(index)
+    unit, raw_norms = split_norms(raw, what="stored vectors")
+    if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
+        raise UnsupportedIndexError(
+            "the stored vectors are already unit length, so their raw norms are lost: "
+            "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
+        )
+    ids = as_ids(ids, raw.shape[0])
+    d = index.d
+    ivf = ivf_of(inner_index(index))
+    if ivf is not None:
+        fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
+        fresh.nprobe = ivf.nprobe
+        fresh.train(unit)
+        factory = f"IVF{ivf.nlist},Flat"
+    else:
+        fresh = faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT)
+        factory = "Flat"
+    target = with_ids(fresh)
+    target.add_with_ids(unit, ids)
+    return IndexState(
+        target, ids, raw_norms, next_id=int(ids.max()) + 1 if ids.size else 0,
+        alpha=alpha, k_factor=k_factor, factory=factory,
+    )  # fmt: skip
+
+
+def _wrap_unit(
+    index: faiss.Index, ids: np.ndarray, norms: ArrayLike, alpha: float, k_factor: int
+) -> IndexState:
+    """``index`` holds unit vectors under inner product: wrap it as is, with the given norms."""
+    n = np.asarray(norms, dtype=np.float64)
+    if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
+        raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
+    if is_gpu(index):
+        index = faiss.index_gpu_to_cpu(index)
+    wrapped = index if is_idmap(index) or ivf_of(index) is not None else None
+    if wrapped is None:
+        if not np.array_equal(ids, np.arange(index.ntotal)):
+            raise UnsupportedIndexError("cannot wrap this index type with custom ids")
+        # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
+        wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
+        wrapped.index = index
+        wrapped.own_fields = False
+        wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
+        wrapped.ntotal = index.ntotal
+        wrapped.is_trained = index.is_trained
+        faiss.copy_array_to_vector(ids, wrapped.id_map)
+        wrapped.construct_rev_map()
+    return IndexState(
+        wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
+        alpha=alpha, k_factor=k_factor,
+    )  # fmt: skip
