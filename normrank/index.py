@@ -11,7 +11,6 @@ import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank import ann as _ann
 from normrank.errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -22,21 +21,27 @@ from normrank.errors import (
     UnknownIdError,
     UnsupportedIndexError,
 )
-from normrank.faiss_info import ann_params, flat_storage, inner_index, with_ids
-from normrank.index_state import IndexState
+from normrank.faiss_info import inner_index, with_ids
+from normrank.index_state import IndexState, check_state
 from normrank.persistence import load_state, save_state
 from normrank.search_cache import SearchCache
-from normrank.topk import weighted_flat_search
-from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+from normrank.searcher import search_into
+from normrank.validation import (
+    as_alpha,
+    as_id_list,
+    as_ids,
+    as_k,
+    as_k_factor,
+    as_vectors,
+    as_weights,
+    split_norms,
+)
 from normrank.wrap import state_from_faiss
 
 __all__ = ["NormIndex"]
 
-# ANN searches run this many queries at a time, so candidate arrays stay bounded.
-_ANN_QUERY_BLOCK = 256
 # "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
 # "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
-_ANN_METHODS = {"adaptive", "overfetch"}
 
 
 class NormIndex:
@@ -144,19 +149,13 @@ class NormIndex:
             )  # fmt: skip
 
     def _install(self, state: IndexState) -> None:
-        """Take ``state`` as this index's (options validated first, so nothing half-set)."""
-        if state.ann not in _ANN_METHODS:
-            raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {state.ann!r}")
-        for name, v in (("n_tail", state.n_tail), ("max_depth", state.max_depth)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
-                raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
+        """Take ``state`` as this index's (checked first, so nothing is half-set)."""
+        check_state(state)
         self.alpha = state.alpha
         self.k_factor = state.k_factor
         self.ann, self.n_tail, self.max_depth = state.ann, state.n_tail, state.max_depth
         ids = np.asarray(state.ids, dtype=np.int64)
         pos = dict(zip(ids.tolist(), range(ids.size), strict=True))
-        if len(pos) != ids.size:
-            raise DuplicateIdError("the index holds duplicate ids")
         self._index = state.faiss_index
         # The index inside the id map, downcast once (each downcast costs microseconds a query).
         # An IndexFlat here is exact storage whose rows align with insertion order.
@@ -189,9 +188,7 @@ class NormIndex:
 
     @k_factor.setter
     def k_factor(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise InvalidParameterError(f"k_factor must be an integer >= 1, got {value!r}")
-        self._k_factor = int(value)
+        self._k_factor = as_k_factor(value)
 
     @property
     def dim(self) -> int:
@@ -250,7 +247,7 @@ class NormIndex:
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
         """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
-        arr = np.atleast_1d(np.asarray(ids))
+        arr = as_id_list(ids)
         with self._lock:
             return self._norms[self._positions(arr)]
 
@@ -283,7 +280,7 @@ class NormIndex:
         vectors = as_vectors(x, self.dim)
         n = vectors.shape[0]
         unit, norms = split_norms(vectors)
-        w = None if weights is None else self._check_weights(weights, n)
+        w = None if weights is None else as_weights(weights, n)
         with self._lock:
             new_ids = (
                 np.arange(self._next_id, self._next_id + n, dtype=np.int64) if ids is None else as_ids(ids, n)
@@ -313,7 +310,7 @@ class NormIndex:
 
     def remove(self, ids: ArrayLike) -> int:
         """Remove ``ids``; returns how many were removed. Unknown ids raise and remove nothing."""
-        arr = np.atleast_1d(np.asarray(ids))
+        arr = as_id_list(ids)
         with self._lock:
             arr = as_ids(arr, arr.shape[0])
             self._positions(arr)  # raises UnknownIdError before anything changes
@@ -342,14 +339,6 @@ class NormIndex:
             self._index.reset()
             self._install(IndexState.empty(self._index, **self._options()))
 
-    def _check_weights(self, weights: ArrayLike, n: int) -> np.ndarray:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (n,):
-            raise InvalidInputError(f"weights must have shape ({n},), got {w.shape}")
-        if not (np.isfinite(w).all() and (w > 0).all()):
-            raise InvalidInputError("weights must be finite and > 0 (they are raised to the power alpha)")
-        return w.astype(np.float32)
-
     def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
         """Score by ``cos * w**alpha`` with your own per-document ``w`` (e.g. the probe's heat).
 
@@ -357,13 +346,14 @@ class NormIndex:
         """
         with self._lock:
             if ids is None:
-                w = self._check_weights(weights, self.ntotal)
+                w = as_weights(weights, self.ntotal)
             else:
-                arr = as_ids(ids, np.asarray(ids).shape[0])
+                arr = as_id_list(ids)
+                arr = as_ids(arr, arr.shape[0])
                 if arr.size != self.ntotal:
                     raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
                 w = np.empty(self.ntotal, dtype=np.float32)
-                w[self._positions(arr)] = self._check_weights(weights, arr.size)
+                w[self._positions(arr)] = as_weights(weights, arr.size)
             self._weights = w
             self._changed()
 
@@ -387,8 +377,11 @@ class NormIndex:
     def _base(self) -> np.ndarray:
         return self._norms if self._weights is None else self._weights
 
-    def _weight_for(self, alpha: float) -> np.ndarray | None:
+    def _weight_for(self, alpha: float) -> np.ndarray | None:  # (for tests: what search uses)
         return self._cache.power(self._base(), alpha)
+
+    def _weight_order(self, alpha: float):
+        return self._cache.order(self._base(), alpha, lambda p: self._index.reconstruct_batch(self._ids[p]))
 
     def search(
         self,
@@ -415,83 +408,33 @@ class NormIndex:
         nq = queries.shape[0]
         k = as_k(k, nq)
         alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
-        factor = self.k_factor if k_factor is None else int(k_factor)
-        if factor < 1:
-            raise InvalidParameterError(f"k_factor must be >= 1, got {k_factor!r}")
+        factor = self.k_factor if k_factor is None else as_k_factor(k_factor)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         ids = np.full((nq, k), -1, dtype=np.int64)
         if nq == 0:
             return scores, ids
         unit_q, _ = split_norms(queries, what="queries")
         with self._lock:
-            if self.ntotal == 0:
-                return scores, ids
-            flat = self._inner if isinstance(self._inner, faiss.IndexFlat) else None
-            uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
-            for a in alphas[:1] if uniform else np.unique(alphas):
-                rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
-                if flat is not None:  # the flat kernel blocks queries and documents itself
-                    s, pos = self._search_flat(flat, unit_q[rows], k, float(a))
-                    scores[rows] = s
-                    ids[rows] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
-                    continue
-                for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
-                    sub = rows[r0 : r0 + _ANN_QUERY_BLOCK]
-                    s, pos = self._search_candidates(unit_q[sub], k, float(a), factor)
-                    scores[sub] = s
-                    ids[sub] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
+            if self.ntotal:
+                search_into(
+                    scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
+                    doc_ids=self._ids, base=self._base(), n_removed=len(self._tombstones),
+                    cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
+                    max_depth=self.max_depth, device=self.device,
+                )  # fmt: skip
         return scores, ids
-
-    def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
-        storage = flat_storage(flat)
-        if self.device is not None:
-            from normrank.backends import torch_flat
-
-            store = self._cache.device
-            if store is None:
-                store = self._cache.device = torch_flat.TorchFlatStore(storage, self.device)
-            w = store.weights_on_device(alpha, self._weight_for(alpha))
-            return torch_flat.weighted_flat_search(store.vectors, w, unit_q, k)
-        return weighted_flat_search(storage, self._weight_for(alpha), unit_q, k)
-
-    def _search_candidates(self, unit_q: np.ndarray, k: int, alpha: float, factor: int):
-        """ANN: cosine candidates re-scored exactly; see :mod:`normrank.ann` for the method."""
-        lookup = self._cache.id_lookup(self._ids)
-        weights = self._weight_for(alpha)
-        n_all = self.ntotal + len(self._tombstones)
-        if self.ann == "overfetch":
-            return _ann.adaptive_search(
-                self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
-                depth=min(n_all, k * factor),
-            )  # fmt: skip
-        params = ann_params(self._inner)
-        depth = min(n_all, _ann.default_start(k, factor, params, n_all))
-        if self.max_depth is not None:
-            depth = min(depth, max(k, self.max_depth))
-        start = _ann.default_band_start(self.ntotal, params) if self.n_tail is None else self.n_tail
-        return _ann.adaptive_search(
-            self._index, unit_q, k, weights, lookup,
-            depth=depth, order=self._weight_order(alpha), band_start=start,
-            trust_depth=_ann.default_trust_depth(depth, params), params=params,
-        )  # fmt: skip
-
-    def _ones(self) -> np.ndarray:
-        return np.ones(self.ntotal, dtype=np.float32)
-
-    def _weight_order(self, alpha: float):
-        """The documents in decreasing ``w**alpha`` order (one per sign of alpha), built once."""
-        return self._cache.order(
-            self._base(), alpha, lambda pos: self._index.reconstruct_batch(self._ids[pos])
-        )
 
     # -- reconstruction -----------------------------------------------------------------------
 
     def reconstruct(self, id_: int) -> np.ndarray:
         """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
         with self._lock:
-            pos = int(self._positions(np.asarray([id_]))[0])
+            one = as_id_list(id_, what="id")
+            if one.shape != (1,):
+                raise InvalidInputError(f"reconstruct takes one id, got {one.size}")
+            pos = int(self._positions(one)[0])
             try:
-                unit = self._index.reconstruct(int(id_))
+                unit = self._index.reconstruct(int(one[0]))
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
             return (unit * self._norms[pos]).astype(np.float32)

@@ -35,10 +35,10 @@ from typing import Any
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError
+from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError
 from normrank.faiss_info import is_gpu, is_idmap, ivf_of, stored_ids
 from normrank.faiss_io import read_faiss_index
-from normrank.index_state import IndexState
+from normrank.index_state import IndexState, check_state
 
 __all__ = ["FORMAT_VERSION", "load_state", "save_state"]
 
@@ -127,6 +127,7 @@ def _state_arrays(state: IndexState) -> dict[str, np.ndarray]:
 
 
 def _save_locked(state: IndexState, root: Path) -> None:
+    check_state(state)  # what load would refuse is never written
     generation = f"gen-{uuid.uuid4().hex}"
     staging = root / f"{generation}.tmp"
     staging.mkdir()
@@ -359,19 +360,38 @@ def _load_generation(root: Path, root_fd: int, m: dict[str, Any]) -> IndexState:
         same = np.array_equal(live, ids) if is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
         if not same or live.size != stored.size - tombstones.size:
             raise CorruptIndexError("ids.npy does not match the ids inside index.faiss")
-    kf = m.get("k_factor", 10)
-    ann = m.get("ann") if isinstance(m.get("ann"), dict) else {}
-    next_id = m.get("next_id")
-    ok_next = isinstance(next_id, int) and not isinstance(next_id, bool) and 0 <= next_id < 1 << 62
-    # Search options, not data: the device is a runtime choice and is not saved.
-    return IndexState(
+    state = IndexState(
         index, ids, norms, weights, tombstones,
-        next_id=next_id if ok_next else 0,
+        next_id=_optional(m, "next_id", 0),
         alpha=float(m["alpha"]),
-        k_factor=kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10,
-        factory=m.get("factory") if isinstance(m.get("factory"), str) else None,
-        ann=ann.get("method", "adaptive"), n_tail=ann.get("n_tail"), max_depth=ann.get("max_depth"),
+        k_factor=_optional(m, "k_factor", 10),
+        factory=_optional(m, "factory", None, str),
+        **_ann_options(m),
     )  # fmt: skip
+    try:
+        check_state(state)
+    except NormrankError as e:  # consistent checksums, impossible contents
+        raise CorruptIndexError(f"{root}: the saved index is inconsistent: {e}") from e
+    return state
+
+
+def _optional(m: dict[str, Any], key: str, default: Any, kind: type = int) -> Any:
+    """A manifest entry older saves may lack; present, it must be of its kind (checked later)."""
+    v = m.get(key, default)
+    if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+        raise CorruptIndexError(f"bad {key!r} in the manifest: {str(v)[:40]!r}")
+    return v
+
+
+def _ann_options(m: dict[str, Any]) -> dict[str, Any]:
+    """Search options, not data (the device is a runtime choice and is not saved)."""
+    ann = m.get("ann", {})
+    if not isinstance(ann, dict) or not set(ann) <= {"method", "n_tail", "max_depth"}:
+        raise CorruptIndexError("bad 'ann' options in the manifest")
+    method = ann.get("method", "adaptive")
+    if not isinstance(method, str):
+        raise CorruptIndexError("bad 'ann' options in the manifest")
+    return {"ann": method, "n_tail": ann.get("n_tail"), "max_depth": ann.get("max_depth")}
 
 
 def _faiss_ids(index: faiss.Index) -> np.ndarray | None:

@@ -17,14 +17,30 @@ from normrank.errors import (
     ZeroNormError,
 )
 
-__all__ = ["as_alpha", "as_ids", "as_k", "as_vectors", "split_norms"]
+__all__ = [
+    "MAX_ABS_ALPHA",
+    "MAX_RESULT_ENTRIES",
+    "as_alpha",
+    "as_id_list",
+    "as_ids",
+    "as_k",
+    "as_k_factor",
+    "as_vectors",
+    "as_weights",
+    "split_norms",
+]
 
 # Below this a vector's direction is numerical noise: x / ||x|| would not be unit length.
 _MIN_NORM = 1e-30
 # |alpha| beyond this is a mistake, not a query: norms of ~250 would already overflow float32.
 MAX_ABS_ALPHA = 16.0
-# Results are (nq, k) arrays; past this many entries a call is a mistake, not a query.
-_MAX_RESULT_ENTRIES = 1 << 28
+# Results are (nq, k) arrays (12 bytes an entry); past this many entries (~200 MB) a call is a
+# mistake, not a query: batch the queries instead.
+MAX_RESULT_ENTRIES = 1 << 24
+# Stored norms and weights live in float32's normal range, so that w**alpha is computed from
+# the value that is saved, and a subnormal weight cannot lose its digits.
+_W_MIN = float(np.finfo(np.float32).tiny)
+_W_MAX = float(np.finfo(np.float32).max)
 
 
 def _rows(idx: np.ndarray, limit: int = 10) -> str:
@@ -79,36 +95,95 @@ def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np
             f"{what} in rows {_rows(np.flatnonzero(zero))} have zero length, so no direction: "
             "remove them or fix the encoder"
         )
+    big = norms > _W_MAX
+    if big.any():
+        raise InvalidInputError(
+            f"{what} in rows {_rows(np.flatnonzero(big))} have norms beyond the float32 range "
+            f"({_W_MAX:.3g}), which cannot be stored: scale them down"
+        )
     unit = (x64 / norms[:, None]).astype(np.float32)
-    return unit, norms.astype(np.float32)
+    return unit, as_weights(norms, norms.shape[0], what=f"norms of the {what}")
+
+
+def as_weights(values: ArrayLike, n: int, *, what: str = "weights") -> np.ndarray:
+    """``values`` as float32 ``(n,)`` weights that are stored, saved and loaded unchanged: finite,
+    > 0 and within float32's normal range after the cast (so 1e39 and 1e-50 are refused rather
+    than stored as inf and 0). The same check runs at ``add`` / ``set_weights`` and at load.
+
+    Any power ``w**alpha`` with |alpha| <= 16 is then finite or saturates
+    (:func:`normrank.scoring.norm_weight`), and every document keeps a real score."""
+    try:
+        w = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInputError(f"{what} must be {n} numbers: {e}") from e
+    if w.shape != (n,):
+        raise InvalidInputError(f"{what} must have shape ({n},), got {w.shape}")
+    if not np.isfinite(w).all() or not (w > 0).all():
+        raise InvalidInputError(f"{what} must be finite and > 0 (they are raised to the power alpha)")
+    out = w.astype(np.float32)
+    bad = ~((out >= _W_MIN) & (out <= _W_MAX))
+    if bad.any():
+        raise InvalidInputError(
+            f"{what} at positions {_rows(np.flatnonzero(bad))} lie outside float32's range "
+            f"[{_W_MIN:.3g}, {_W_MAX:.3g}] and cannot be stored: rescale them"
+        )
+    return out
+
+
+def as_id_list(ids: ArrayLike, *, what: str = "ids") -> np.ndarray:
+    """``ids`` (one id or a 1-D list) as int64: the one id parser of every method (``add``,
+    ``remove``, ``norm_of``, ``reconstruct``). Integers, or floats that are whole (3.0); 3.7,
+    '3', True, None, NaN, nested lists and values beyond int64 are refused, never truncated."""
+    try:
+        arr = np.asarray(ids)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInputError(f"{what} must be integers: {e}") from e
+    if arr.ndim == 0:
+        arr = arr[None]
+    if arr.ndim != 1:
+        raise InvalidInputError(f"{what} must be one id or a 1-D list, got shape {arr.shape}")
+    if not arr.size:
+        return np.empty(0, np.int64)
+    if arr.dtype == object:
+        items = arr.tolist()
+        if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items):
+            raise InvalidInputError(f"{what} must be integers")
+        if not all(-(1 << 63) <= int(i) < 1 << 63 for i in items):
+            raise InvalidInputError(f"{what} must fit in int64")
+        out = np.array([int(i) for i in items], dtype=np.int64)
+    elif np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == np.uint64 and (arr > np.iinfo(np.int64).max).any():
+            raise InvalidInputError(f"{what} must fit in int64")
+        out = arr.astype(np.int64)
+    elif np.issubdtype(arr.dtype, np.floating):
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(arr).all() and (arr == np.round(arr)).all()
+        if not whole or (np.abs(arr) >= 2.0**63).any():
+            raise InvalidInputError(f"{what} must be integers, got {arr[:5].tolist()}")
+        out = arr.astype(np.int64)  # 3.0 is an id; 3.5 is not
+    else:
+        raise InvalidInputError(f"{what} must be integers, got dtype {arr.dtype}")
+    if (out < 0).any():
+        raise InvalidInputError(f"{what} must be >= 0 (-1 marks a missing result, as in FAISS)")
+    return out
 
 
 def as_ids(ids: ArrayLike, n: int) -> np.ndarray:
     """``ids`` as a 1-D int64 array of ``n`` distinct non-negative integers."""
-    arr = np.asarray(ids)
-    if arr.ndim == 0:
-        arr = arr[None]
-    if arr.ndim != 1:
-        raise InvalidInputError(f"ids must be 1-D, got shape {arr.shape}")
-    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == object):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            pass  # 3.0 is an id; 3.5 is not
-        else:
-            raise InvalidInputError(f"ids must be integers, got dtype {arr.dtype}")
-    try:
-        out = arr.astype(np.int64, casting="unsafe") if arr.size else np.empty(0, np.int64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidInputError(f"ids must be integers: {e}") from e
-    if arr.dtype == object and not all(isinstance(i, numbers.Integral) for i in arr.tolist()):
-        raise InvalidInputError("ids must be integers")
+    out = as_id_list(ids)
     if out.shape[0] != n:
         raise InvalidInputError(f"got {out.shape[0]} ids for {n} vectors")
-    if (out < 0).any():
-        raise InvalidInputError("ids must be >= 0 (-1 marks a missing result, as in FAISS)")
     uniq, counts = np.unique(out, return_counts=True)
     if (counts > 1).any():
         raise DuplicateIdError(f"duplicate ids in the batch: {uniq[counts > 1][:10].tolist()}")
     return out
+
+
+def as_k_factor(value: object) -> int:
+    """An ANN over-fetch factor: an integer in [1, 2**20]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= 1 << 20:
+        raise InvalidParameterError(f"k_factor must be an integer in [1, {1 << 20}], got {value!r}")
+    return int(value)
 
 
 def as_k(k: object, nq: int) -> int:
@@ -118,8 +193,11 @@ def as_k(k: object, nq: int) -> int:
     k = int(k)
     if k < 1:
         raise InvalidParameterError(f"k must be >= 1, got {k}")
-    if max(nq, 1) * k > _MAX_RESULT_ENTRIES:
-        raise InvalidParameterError(f"k={k} for {nq} queries asks for more than {_MAX_RESULT_ENTRIES} results")
+    if max(nq, 1) * k > MAX_RESULT_ENTRIES:
+        raise InvalidParameterError(
+            f"k={k} for {nq} queries asks for more than {MAX_RESULT_ENTRIES} results (~200 MB): "
+            "search in smaller batches of queries, or with a smaller k"
+        )
     return k
 
 
@@ -128,12 +206,14 @@ def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
     scalar or an array."""
     try:
         a = np.asarray(alpha, dtype=np.float64)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise InvalidParameterError(f"alpha must be a number or one number per query: {e}") from e
     if a.ndim == 0:
         a = np.full(nq, float(a))
     elif a.ndim != 1 or a.shape[0] != nq:
-        raise InvalidParameterError(f"alpha must be a scalar or have one value per query ({nq}), got {a.shape}")
+        raise InvalidParameterError(
+            f"alpha must be a scalar or have one value per query ({nq}), got {a.shape}"
+        )
     if not np.isfinite(a).all():
         raise InvalidParameterError("alpha must be finite")
     if (np.abs(a) > MAX_ABS_ALPHA).any():
