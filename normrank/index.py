@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 
 import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.errors import (
-    CorruptIndexError,
     DuplicateIdError,
     IndexStateError,
     InvalidInputError,
-    InvalidParameterError,
-    NormrankError,
     UnknownIdError,
     UnsupportedIndexError,
 )
@@ -25,23 +23,20 @@ from normrank.faiss_info import inner_index, with_ids
 from normrank.index_state import IndexState, check_state
 from normrank.persistence import load_state, save_state
 from normrank.search_cache import SearchCache
-from normrank.searcher import search_into
+from normrank.searcher import search_args, search_into
 from normrank.validation import (
     as_alpha,
     as_id_list,
     as_ids,
-    as_k,
     as_k_factor,
+    as_one_id,
     as_vectors,
     as_weights,
     split_norms,
 )
-from normrank.wrap import state_from_faiss
+from normrank.wrap import new_faiss_index, state_from_faiss
 
 __all__ = ["NormIndex"]
-
-# "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
-# "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
 
 
 class NormIndex:
@@ -58,20 +53,15 @@ class NormIndex:
         ``NormIndex(faiss_index, alpha=...)`` wraps an empty inner-product index you built;
         ``NormIndex.from_faiss(filled_index)`` wraps one that already holds vectors.
 
-    Exactness: with a flat index the ranking is exact (the same scores as numpy brute force).
-    With an ANN index (IVF, HNSW) the default ``ann="adaptive"`` re-scores the index's cosine
-    candidates and scans documents exactly in decreasing weight order until a bound proves that
-    nothing unseen can beat the k-th score (:mod:`normrank.ann`); the ranking is then exact up
-    to what the ANN index returns at its nprobe / efSearch. ``n_tail`` sets the first chunk of
-    that scan (default ~3% of the documents, capped by the index's own work) and ``max_depth``
-    caps the cosine depth fetched. The scanned documents' unit vectors are copied once, as far
-    as searches have needed (at most one copy of the index per sign of alpha).
-    ``ann="overfetch"`` re-scores a fixed ``k * k_factor`` candidates: faster, recall not
-    guaranteed. Measured recall and latency: ``benchmarks/results/speed.md``.
+    Exactness: a flat index ranks exactly (numpy brute force's scores). On IVF / HNSW the
+    default ``ann="adaptive"`` re-scores the index's cosine candidates and scans documents in
+    decreasing weight order until a bound proves the top-k (:mod:`normrank.ann`): exact up to
+    what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
+    ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
+    ``k * k_factor`` candidates (faster, recall not guaranteed; benchmarks/results/speed.md).
 
-    Results follow FAISS: ``(scores, ids)`` float32 and int64 of shape ``(nq, k)``, padded with
-    score ``-inf`` and id ``-1`` when fewer than ``k`` documents exist. Equal scores may come in
-    any order. Memory for a search is bounded (blocks of queries and documents).
+    Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /
+    ``-1`` when fewer than ``k`` documents exist; equal scores in any order; memory bounded.
 
     Thread safety: all methods may be called from several threads; a search sees the index
     either before or after a concurrent ``add`` / ``remove``, never in between.
@@ -89,30 +79,8 @@ class NormIndex:
         max_depth: int | None = None,
         device: str | None = None,
     ) -> None:
-        if isinstance(dim, faiss.Index):
-            index = dim
-            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-                raise UnsupportedIndexError(
-                    "NormIndex needs an inner-product index (faiss.METRIC_INNER_PRODUCT) so that "
-                    "scores over unit vectors are cosines; use NormIndex.from_faiss for a filled L2 index"
-                )
-            if index.ntotal:
-                raise UnsupportedIndexError(
-                    f"the index already holds {index.ntotal} vectors: use NormIndex.from_faiss(index)"
-                )
-            factory = None
-        else:
-            if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-                raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
-            try:
-                index = faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT)
-            except RuntimeError as e:
-                raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
-        if device is not None:
-            from normrank.backends.torch_flat import resolve_device
-
-            resolve_device(device)  # refuse cuda without CUDA now, not at the first search
-        self.device = device
+        index, factory = new_faiss_index(dim, factory)
+        self.device = _checked_device(device)
         self._lock = threading.RLock()
         options = {"alpha": alpha, "k_factor": k_factor, "factory": factory}
         self._install(
@@ -128,19 +96,12 @@ class NormIndex:
         """
         out = cls.__new__(cls)
         out._lock = threading.RLock()
-        out.device = None
+        out.device = _checked_device(device)
         out._install(state)
-        if device is not None:
-            from normrank.backends.torch_flat import resolve_device
-
-            resolve_device(device)
-            out.device = device
         return out
 
     def to_state(self) -> IndexState:
-        """A snapshot of this index's state (its arrays are not copied: treat them as read-only).
-
-        The FAISS index is shared, not copied: hold no reference across a later ``add``."""
+        """This index's state; arrays and the FAISS index are shared, not copied (read only)."""
         with self._lock:
             tombstones = np.array(sorted(self._tombstones), dtype=np.int64)
             return IndexState(
@@ -310,9 +271,8 @@ class NormIndex:
 
     def remove(self, ids: ArrayLike) -> int:
         """Remove ``ids``; returns how many were removed. Unknown ids raise and remove nothing."""
-        arr = as_id_list(ids)
+        arr = as_ids(ids)
         with self._lock:
-            arr = as_ids(arr, arr.shape[0])
             self._positions(arr)  # raises UnknownIdError before anything changes
             if not arr.size:
                 return 0
@@ -337,7 +297,9 @@ class NormIndex:
         """Remove everything (keeps training)."""
         with self._lock:
             self._index.reset()
-            self._install(IndexState.empty(self._index, **self._options()))
+            empty = IndexState.empty(self._index)
+            self._install(replace(self.to_state(), ids=empty.ids, norms=empty.norms, weights=None,
+                                  tombstones=empty.tombstones, next_id=0))  # fmt: skip
 
     def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
         """Score by ``cos * w**alpha`` with your own per-document ``w`` (e.g. the probe's heat).
@@ -348,8 +310,7 @@ class NormIndex:
             if ids is None:
                 w = as_weights(weights, self.ntotal)
             else:
-                arr = as_id_list(ids)
-                arr = as_ids(arr, arr.shape[0])
+                arr = as_ids(ids)
                 if arr.size != self.ntotal:
                     raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
                 w = np.empty(self.ntotal, dtype=np.float32)
@@ -365,12 +326,6 @@ class NormIndex:
 
     def _changed(self) -> None:
         self._cache = SearchCache()
-
-    def _options(self) -> dict[str, object]:
-        return {
-            "alpha": self.alpha, "k_factor": self.k_factor, "factory": self.factory,
-            "ann": self.ann, "n_tail": self.n_tail, "max_depth": self.max_depth,
-        }  # fmt: skip
 
     # -- search -------------------------------------------------------------------------------
 
@@ -404,18 +359,11 @@ class NormIndex:
             ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
             rows when fewer than ``k`` documents exist.
         """
-        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
-        nq = queries.shape[0]
-        k = as_k(k, nq)
-        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
-        factor = self.k_factor if k_factor is None else as_k_factor(k_factor)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
-        if nq == 0:
-            return scores, ids
-        unit_q, _ = split_norms(queries, what="queries")
+        unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
+        scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
+        ids = np.full(scores.shape, -1, dtype=np.int64)
         with self._lock:
-            if self.ntotal:
+            if self.ntotal and unit_q.shape[0]:
                 search_into(
                     scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
                     doc_ids=self._ids, base=self._base(), n_removed=len(self._tombstones),
@@ -429,12 +377,10 @@ class NormIndex:
     def reconstruct(self, id_: int) -> np.ndarray:
         """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
         with self._lock:
-            one = as_id_list(id_, what="id")
-            if one.shape != (1,):
-                raise InvalidInputError(f"reconstruct takes one id, got {one.size}")
-            pos = int(self._positions(one)[0])
+            one = as_one_id(id_)
+            pos = int(self._positions(np.array([one]))[0])
             try:
-                unit = self._index.reconstruct(int(one[0]))
+                unit = self._index.reconstruct(one)
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
             return (unit * self._norms[pos]).astype(np.float32)
@@ -445,39 +391,28 @@ class NormIndex:
     def from_faiss(
         cls, index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
     ) -> NormIndex:
-        """Wrap an index that already holds vectors.
-
-        Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
-        flat index, IndexIVFFlat), their norms kept and the vectors replaced by unit vectors in a
-        new inner-product index of the same kind; ``index`` itself is left untouched.
-
-        With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
-        hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
-        as is.
-        """
+        """Wrap an index that already holds vectors (see :func:`normrank.wrap.state_from_faiss`)."""
         return cls.from_state(state_from_faiss(index, norms=norms, alpha=alpha, k_factor=k_factor))
 
     # -- persistence --------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to directory ``path`` atomically: a crash leaves the previous save loadable.
+        """Save to directory ``path`` atomically, no pickle (layout: :mod:`normrank.persistence`).
 
-        Layout: ``manifest.json`` (format version, dim, alpha, count, factory, SHA-256 and size
-        of every file) naming one generation folder with ``index.faiss`` (FAISS's own format),
-        ``ids.npy`` and ``norms.npy`` (and ``weights.npy``). No pickle.
-        """
+        A crash or a failed write (disk full, read-only) leaves the previous save loadable."""
         with self._lock:
             save_state(self.to_state(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NormIndex:
-        """Load a directory written by :meth:`save`, verifying sizes and checksums first.
+        """Load a directory written by :meth:`save`, verifying sizes, checksums and contents;
+        :class:`~normrank.errors.CorruptIndexError` for a corrupt or tampered directory."""
+        return cls.from_state(load_state(path))  # load_state ran check_state: nothing left to refuse
 
-        Raises :class:`normrank.errors.CorruptIndexError` for a corrupt, truncated, tampered or
-        unknown-format directory.
-        """
-        state = load_state(path)
-        try:
-            return cls.from_state(state)
-        except NormrankError as e:  # options out of range, repeated ids: the file is wrong
-            raise CorruptIndexError(f"{path}: inconsistent saved state: {e}") from e
+
+def _checked_device(device: str | None) -> str | None:
+    if device is not None:
+        from normrank.backends.torch_flat import resolve_device
+
+        resolve_device(device)  # refuse cuda without CUDA now, not at the first search
+    return device

@@ -11,11 +11,23 @@ from normrank import ann as _ann
 from normrank.faiss_info import ann_params, flat_storage
 from normrank.search_cache import SearchCache
 from normrank.topk import weighted_flat_search
+from normrank.validation import as_alpha, as_k, as_k_factor, as_vectors, split_norms
 
-__all__ = ["search_into"]
+__all__ = ["search_args", "search_into"]
 
 # ANN searches run this many queries at a time, so candidate arrays stay bounded.
 _ANN_QUERY_BLOCK = 256
+
+
+def search_args(q, k, alpha, k_factor, dim: int, default_alpha: float, default_factor: int):
+    """A search call's arguments checked: ``(unit queries, k, one alpha per query, k_factor)``."""
+    queries = as_vectors(q, dim, what="queries", allow_1d=True)
+    nq = queries.shape[0]
+    k = as_k(k, nq)
+    alphas = as_alpha(default_alpha if alpha is None else alpha, nq)
+    factor = default_factor if k_factor is None else as_k_factor(k_factor)
+    unit_q = split_norms(queries, what="queries")[0] if nq else queries
+    return unit_q, k, alphas, factor
 
 
 def search_into(

@@ -25,6 +25,7 @@ __all__ = [
     "as_ids",
     "as_k",
     "as_k_factor",
+    "as_one_id",
     "as_vectors",
     "as_weights",
     "split_norms",
@@ -168,10 +169,18 @@ def as_id_list(ids: ArrayLike, *, what: str = "ids") -> np.ndarray:
     return out
 
 
-def as_ids(ids: ArrayLike, n: int) -> np.ndarray:
-    """``ids`` as a 1-D int64 array of ``n`` distinct non-negative integers."""
+def as_one_id(id_: object) -> int:
+    """One id, parsed as :func:`as_id_list` parses each."""
+    out = as_id_list(id_, what="id")
+    if out.shape != (1,):
+        raise InvalidInputError(f"expected one id, got {out.size}")
+    return int(out[0])
+
+
+def as_ids(ids: ArrayLike, n: int | None = None) -> np.ndarray:
+    """``ids`` as a 1-D int64 array of distinct non-negative integers (``n`` of them if given)."""
     out = as_id_list(ids)
-    if out.shape[0] != n:
+    if n is not None and out.shape[0] != n:
         raise InvalidInputError(f"got {out.shape[0]} ids for {n} vectors")
     uniq, counts = np.unique(out, return_counts=True)
     if (counts > 1).any():

@@ -7,20 +7,52 @@ import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.errors import InvalidInputError, UnsupportedIndexError
+from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
 from normrank.faiss_info import inner_index, is_gpu, is_idmap, ivf_of, raw_vectors, stored_ids, with_ids
 from normrank.index_state import IndexState
 from normrank.validation import as_ids, split_norms
 
-__all__ = ["state_from_faiss"]
+__all__ = ["new_faiss_index", "state_from_faiss"]
 
 _UNIT_TOLERANCE = 1e-4
+
+
+def new_faiss_index(dim: int | faiss.Index, factory: str | None) -> tuple[faiss.Index, str | None]:
+    """The empty FAISS index a ``NormIndex(dim, factory=...)`` starts from (and its factory
+    string): ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``, or the user's own
+    empty inner-product index."""
+    if isinstance(dim, faiss.Index):
+        if dim.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise UnsupportedIndexError(
+                "NormIndex needs an inner-product index (faiss.METRIC_INNER_PRODUCT) so that "
+                "scores over unit vectors are cosines; use NormIndex.from_faiss for a filled L2 index"
+            )
+        if dim.ntotal:
+            raise UnsupportedIndexError(
+                f"the index already holds {dim.ntotal} vectors: use NormIndex.from_faiss(index)"
+            )
+        return dim, None
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+        raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
+    try:
+        return faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT), factory
+    except RuntimeError as e:
+        raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
 
 
 def state_from_faiss(
     index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
 ) -> IndexState:
-    """The state of a NormIndex over the vectors in ``index`` (see ``NormIndex.from_faiss``)."""
+    """The state of a NormIndex over the vectors in ``index`` (``NormIndex.from_faiss``).
+
+    Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
+    flat index, IndexIVFFlat), their norms kept and the vectors replaced by unit vectors in a
+    new inner-product index of the same kind; ``index`` itself is left untouched.
+
+    With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
+    hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
+    as is.
+    """
     ids = stored_ids(index)
     if ids is None:
         ids = np.arange(index.ntotal, dtype=np.int64)
