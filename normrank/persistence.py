@@ -35,12 +35,12 @@ from typing import Any
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError
+from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError, SaveError
 from normrank.faiss_info import is_gpu, is_idmap, ivf_of, stored_ids
 from normrank.faiss_io import read_faiss_index
 from normrank.index_state import IndexState, check_state
 
-__all__ = ["FORMAT_VERSION", "load_state", "save_state"]
+__all__ = ["FORMAT_VERSION", "load_state", "save_path", "save_state"]
 
 FORMAT = "normrank-index"
 FORMAT_VERSION = 1
@@ -73,10 +73,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_file(path: Path, data: bytes) -> dict[str, Any]:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    """Write a new file (never an existing one) and fsync it; every step goes through ``os``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -89,14 +94,45 @@ def _npy_bytes(arr: np.ndarray, dtype: str) -> bytes:
     return bio.getvalue() + a.tobytes()
 
 
+def save_path(path: str | os.PathLike[str]) -> Path:
+    """The folder a save or load uses. The path you name may be a symlink to a folder (or pass
+    through symlinked parents): it is resolved once, here, and nothing inside the folder is
+    ever followed. A NUL byte or a non-path is refused."""
+    try:
+        raw = os.fspath(path)
+    except TypeError as e:
+        raise InvalidInputError(f"path must be a str or os.PathLike, got {type(path).__name__}") from e
+    if ("\0" if isinstance(raw, str) else b"\0") in raw:
+        raise InvalidInputError("path contains a NUL byte")
+    if os.path.islink(raw) and not os.path.exists(raw):
+        raise InvalidInputError(
+            f"{raw} is a symlink to a missing target: create the target or name another path"
+        )
+    return Path(os.path.realpath(raw))
+
+
 def save_state(state: IndexState, path: str | os.PathLike[str]) -> None:
-    """Write ``state`` to directory ``path`` atomically (see the module docstring)."""
-    root = Path(path)
+    """Write ``state`` to directory ``path`` atomically (see the module docstring).
+
+    A failure at any step (disk full, read-only, any OSError) removes what this save created,
+    raises :class:`SaveError` and leaves the previous save loadable; a later save needs no
+    clean-up first."""
+    root = save_path(path)
     if root.exists() and not root.is_dir():
         raise InvalidInputError(f"{root} exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
-    with _save_lock(root):
-        _save_locked(state, root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except (NotADirectoryError, FileExistsError) as e:
+        raise InvalidInputError(f"cannot create {root}: a parent is not a directory ({e.strerror})") from e
+    except OSError as e:
+        raise SaveError(f"cannot create {root}: {e.strerror or e}") from e
+    try:
+        with _save_lock(root):
+            _save_locked(state, root)
+    except OSError as e:
+        if isinstance(e, NormrankError):
+            raise
+        raise SaveError(f"saving to {root} failed ({e.strerror or e}); the previous save is intact") from e
 
 
 @contextlib.contextmanager
@@ -130,18 +166,42 @@ def _save_locked(state: IndexState, root: Path) -> None:
     check_state(state)  # what load would refuse is never written
     generation = f"gen-{uuid.uuid4().hex}"
     staging = root / f"{generation}.tmp"
-    staging.mkdir()
+    tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
     faiss_index = state.faiss_index
     if is_gpu(faiss_index):
         faiss_index = faiss.index_gpu_to_cpu(faiss_index)
-    files = {_FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())}
-    for name, arr in _state_arrays(state).items():
-        fname = f"{name}.npy"
-        files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
-    _fsync_dir(staging)
-    os.rename(staging, root / generation)
+    try:
+        os.mkdir(staging)
+        files = {
+            _FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())
+        }
+        for name, arr in _state_arrays(state).items():
+            fname = f"{name}.npy"
+            files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
+        _fsync_dir(staging)
+        os.rename(staging, root / generation)
+        _fsync_dir(root)
+        _write_file(tmp, json.dumps(_manifest_of(state, faiss_index, generation, files), indent=2).encode())
+        os.replace(tmp, root / MANIFEST)  # the commit point
+    except BaseException:
+        # Nothing this save created may stay: a full disk must not fill up with staging folders.
+        for leftover in (staging, root / generation):
+            shutil.rmtree(leftover, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     _fsync_dir(root)
-    manifest = {
+    for entry in root.iterdir():  # older generations and debris of interrupted saves
+        if entry.name != generation and _DEBRIS.match(entry.name):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _manifest_of(state: IndexState, faiss_index: faiss.Index, generation: str, files: dict) -> dict:
+    return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "generation": generation,
@@ -156,17 +216,6 @@ def _save_locked(state: IndexState, root: Path) -> None:
         "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
         "files": files,
     }
-    tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    _write_file(tmp, json.dumps(manifest, indent=2).encode())
-    os.replace(tmp, root / MANIFEST)  # the commit point
-    _fsync_dir(root)
-    for entry in root.iterdir():  # older generations and debris of interrupted saves
-        if entry.name != generation and _DEBRIS.match(entry.name):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    entry.unlink()
 
 
 def _open_dir(path: Path) -> int:
@@ -293,7 +342,7 @@ def load_state(path: str | os.PathLike[str]) -> IndexState:
     A save running concurrently in another process may delete the generation a load is reading;
     the load then re-reads the manifest and tries the new generation (a few times).
     """
-    root = Path(path)
+    root = save_path(path)
     if not root.is_dir():
         raise CorruptIndexError(f"{root} is not a directory")
     for attempt in range(_LOAD_RETRIES):

@@ -121,7 +121,8 @@ def as_weights(values: ArrayLike, n: int, *, what: str = "weights") -> np.ndarra
         raise InvalidInputError(f"{what} must have shape ({n},), got {w.shape}")
     if not np.isfinite(w).all() or not (w > 0).all():
         raise InvalidInputError(f"{what} must be finite and > 0 (they are raised to the power alpha)")
-    out = w.astype(np.float32)
+    with np.errstate(over="ignore"):
+        out = w.astype(np.float32)
     bad = ~((out >= _W_MIN) & (out <= _W_MAX))
     if bad.any():
         raise InvalidInputError(

@@ -280,7 +280,9 @@ def test_scoring_functions(rng):
     norms = rng.lognormal(size=5)
     np.testing.assert_allclose(normrank.norm_weighted(cos, norms, -0.5), cos * norms**-0.5, rtol=1e-6)
     per_q = np.array([0.0, 1.0, -1.0])
-    np.testing.assert_allclose(normrank.norm_weighted(cos, norms, per_q), cos * norms[None] ** per_q[:, None], rtol=1e-6)
+    np.testing.assert_allclose(
+        normrank.norm_weighted(cos, norms, per_q), cos * norms[None] ** per_q[:, None], rtol=1e-6
+    )
     qn = rng.lognormal(size=3)
     np.testing.assert_allclose(
         normrank.symmetric_score(cos, qn, norms, 0.3), cos * qn[:, None] ** -0.3 * norms**-0.3, rtol=1e-6
@@ -301,7 +303,9 @@ def test_cli_build_and_search(tmp_path, rng):
     np.save(tmp_path / "emb.npy", x)
     np.save(tmp_path / "q.npy", q)
     runner = CliRunner()
-    res = runner.invoke(app, ["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "ix"), "--alpha", "-1"])
+    res = runner.invoke(
+        app, ["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "ix"), "--alpha", "-1"]
+    )
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["index", "search", str(tmp_path / "ix"), str(tmp_path / "q.npy"), "-k", "4"])
     assert res.exit_code == 0, res.output
@@ -310,3 +314,108 @@ def test_cli_build_and_search(tmp_path, rng):
     assert [r["ids"] for r in rows] == np.argsort(-ref, axis=1)[:, :4].tolist()
     res = runner.invoke(app, ["index", "search", str(tmp_path / "nope"), str(tmp_path / "q.npy")])
     assert res.exit_code == 2 and "error" in res.output
+
+
+# -- reliability round two (issue #12) ----------------------------------------------------------
+
+
+def _state(ix: NormIndex):
+    return ix.ids, ix.norms, ix.weights, len(ix)
+
+
+def _unchanged(before, ix: NormIndex) -> bool:
+    return all(np.array_equal(a, b) for a, b in zip(before, _state(ix), strict=True))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda ix: ix.add(np.array([[3e38, 3e38, 0, 0]], np.float32)),  # norm overflows float32
+        lambda ix: ix.add(np.ones((1, 4)), weights=[1e39]),
+        lambda ix: ix.set_weights([1e39] * len(ix)),
+        lambda ix: ix.set_weights([1e-50] * len(ix)),  # would be stored as 0: every score 0
+        lambda ix: ix.set_weights([[1.0], [2.0, 3.0], [1.0]]),
+        lambda ix: ix.set_weights(["a"] * len(ix)),
+    ],
+)
+def test_values_float32_cannot_store_are_refused_and_change_nothing(call):
+    ix = NormIndex(4)
+    ix.add(np.ones((3, 4)))
+    before = _state(ix)
+    with pytest.raises(normrank.InvalidInputError):
+        call(ix)
+    assert _unchanged(before, ix)
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW8", "IVF1,Flat"])
+@pytest.mark.parametrize(("norm", "alpha"), [(1e20, 2.0), (1e-25, -2.0), (3e38, 16.0), (1e-25, -16.0)])
+def test_every_document_is_returnable_whatever_its_score(factory, norm, alpha):
+    """A weight that saturates at cos = -1 once scored exactly -FLT_MAX, FAISS's empty-slot value,
+    and the flat search dropped the document (ids [2, 1, 3, -1])."""
+    x = np.array([[norm, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0.5, 0.5, 0, 0]], np.float64)
+    ix = NormIndex(4, factory=factory)
+    if not ix.is_trained:
+        ix.train(np.eye(4))
+    ix.add(x)
+    scores, ids = ix.search([[-1.0, 0, 0, 0]], 4, alpha=alpha)
+    assert sorted(ids[0].tolist()) == [0, 1, 2, 3]
+    assert np.isfinite(scores).all()
+    assert ids[0, -1] == 0  # the heavy document at cos = -1 ranks last, but it is there
+
+
+def test_huge_k_costs_what_ntotal_does_and_keeps_faiss_shape():
+    ix = NormIndex(4)
+    x = np.random.default_rng(0).normal(size=(10, 4))
+    ix.add(x)
+    scores, ids = ix.search(x[:2], 1 << 23)
+    assert scores.shape == ids.shape == (2, 1 << 23)
+    assert (ids[:, :10] >= 0).all() and (ids[:, 10:] == -1).all() and np.isneginf(scores[:, 10:]).all()
+    with pytest.raises(normrank.InvalidParameterError, match="smaller batches"):
+        ix.search(x[:1], 1 << 28)
+
+
+@pytest.mark.parametrize("bad", [[3.7], [np.nan], ["a"], [[1], [2, 3]], "3", None, [True]])
+def test_one_id_parser_everywhere(bad):
+    """norm_of([3.7]) and reconstruct(3.9) / reconstruct('3') once silently truncated to id 3."""
+    ix = NormIndex(4)
+    ix.add(np.random.default_rng(0).normal(size=(5, 4)))
+    before = _state(ix)
+    calls = [ix.norm_of, ix.reconstruct, ix.remove]
+    if bad is not None:  # add(ids=None) means default ids
+        calls.append(lambda v: ix.add(np.ones((1, 4)), ids=v))
+    for call in calls:
+        with pytest.raises(normrank.InvalidInputError):
+            call(bad[0] if call is ix.reconstruct and isinstance(bad, list) else bad)
+    with pytest.raises(normrank.InvalidInputError):
+        ix.reconstruct(3.9)
+    assert _unchanged(before, ix)
+    assert ix.norm_of([3.0]).tolist() == ix.norm_of([3]).tolist()
+
+
+@pytest.mark.parametrize("bad", ["x", np.nan, [1], 0, 1.5])
+def test_k_factor_typed(bad):
+    ix = NormIndex(4, factory="HNSW8")
+    ix.add(np.eye(4))
+    with pytest.raises(normrank.InvalidParameterError):
+        ix.search(np.eye(4)[:1], 2, k_factor=bad)
+    with pytest.raises(normrank.InvalidParameterError):
+        ix.k_factor = bad
+
+
+def test_a_user_ivf_whose_quantizer_is_l2_is_refused_at_construction():
+    """Load checks the metric at every level; so does the constructor, or a save could not load."""
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatL2(4), 4, 2, faiss.METRIC_INNER_PRODUCT)
+    with pytest.raises(UnsupportedIndexError, match="inner product"):
+        NormIndex(ivf)
+
+
+def test_state_round_trip():
+    ix = NormIndex(4, alpha=0.5, factory="HNSW8")
+    ix.add(np.random.default_rng(0).normal(size=(20, 4)))
+    ix.remove([3])
+    state = ix.to_state()
+    assert state.tombstones.tolist() == [3] and state.next_id == 20
+    copy = NormIndex.from_state(state)
+    q = np.random.default_rng(1).normal(size=(3, 4))
+    for a, b in zip(ix.search(q, 5), copy.search(q, 5), strict=True):
+        np.testing.assert_array_equal(a, b)
