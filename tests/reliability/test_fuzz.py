@@ -44,6 +44,7 @@ SETTINGS = settings(
 # float32's edges: its max and just beyond, its smallest normal and subnormals, and values whose
 # squares (norms) or powers (w**alpha, |alpha| <= 16) leave its range.
 F32_EDGES = [3.4028235e38, -3.4028235e38, 3.41e38, 1e39, 2e38, 1.1754944e-38, 1e-40, 1e-20, 1e20, 1e10]
+F32_STORABLE = [3.4028235e38, 2e38, 1.1754944e-38, 1e-20, 1e20, 1e10]  # each a valid weight
 SPECIAL = [0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-30, 1e38, 3.5e38, 1e300, -1e300, 1e-320,
            *F32_EDGES]  # fmt: skip
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool", "complex64", "object", "str"]
@@ -109,7 +110,9 @@ k_factor_st = st.one_of(
     st.none(), st.integers(-1, 30), st.sampled_from(["x", np.nan, [1], 1.5, 2**21, 2**63, True, np.int32(4)])
 )
 _good_weight = st.floats(1e-3, 1e3)
-weights_st = st.lists(st.one_of(st.sampled_from(SPECIAL), _good_weight, _good_weight, _good_weight), max_size=12)
+weights_st = st.lists(
+    st.one_of(st.sampled_from(SPECIAL), _good_weight, _good_weight, _good_weight), max_size=12
+)
 id_query_st = st.one_of(
     ids_st, st.sampled_from([3.7, 3.0, "3", None, [[1], [2, 3]], [np.nan], np.float32(6), 2**70, [1e30]])
 )
@@ -280,7 +283,13 @@ MAGNITUDES = st.sampled_from([1e-29, 1e-20, 1e-5, 1.0, 1e5, 1e20, 1e37, 1e38, 2e
     ops=st.lists(
         st.one_of(
             st.tuples(st.just("add"), st.lists(MAGNITUDES, min_size=1, max_size=3), st.booleans()),
-            st.tuples(st.just("weights"), weights_st, st.booleans()),
+            st.tuples(
+                st.just("weights"),
+                st.one_of(
+                    weights_st, st.lists(st.one_of(_good_weight, st.sampled_from(F32_STORABLE)), min_size=1)
+                ),
+                st.sampled_from([True, True, False]),
+            ),
             st.tuples(st.just("remove"), id_query_st),
             st.tuples(st.just("norm_of"), id_query_st),
             st.tuples(st.just("reconstruct"), id_query_st),
