@@ -11,7 +11,9 @@ import numpy as np
 from normrank.errors import UnsupportedIndexError
 
 __all__ = [
+    "MAX_EF_SEARCH",
     "ann_params",
+    "breadth_knobs",
     "can_remove",
     "flat_storage",
     "inner_index",
@@ -20,9 +22,13 @@ __all__ = [
     "ivf_of",
     "levels",
     "raw_vectors",
+    "set_breadth",
     "stored_ids",
     "with_ids",
 ]
+
+# An HNSW beam wider than this is a mistake (or a hostile file): FAISS allocates it per query.
+MAX_EF_SEARCH = 1 << 16
 
 
 def is_idmap(index: faiss.Index) -> bool:
@@ -109,12 +115,16 @@ def stored_ids(index: faiss.Index) -> np.ndarray | None:
 
 def raw_vectors(index: faiss.Index) -> np.ndarray:
     """The stored float32 vectors, in the order of :func:`stored_ids`, where FAISS keeps them raw
-    (flat storage, IVF-Flat lists); raises UnsupportedIndexError else."""
+    (flat storage, IVF-Flat lists, an HNSW's flat storage); raises UnsupportedIndexError else."""
     inner = inner_index(index)
     if is_gpu(inner):
         raise UnsupportedIndexError(
             "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
         )
+    if isinstance(inner, faiss.IndexHNSW):  # IndexHNSWFlat keeps the raw vectors in its storage
+        storage = faiss.downcast_index(inner.storage)
+        if isinstance(storage, faiss.IndexFlat):
+            return flat_storage(storage).copy()
     if isinstance(inner, faiss.IndexFlat):
         return flat_storage(inner).copy()
     ivf = ivf_of(inner)
@@ -128,7 +138,7 @@ def raw_vectors(index: faiss.Index) -> np.ndarray:
                 parts.append(codes.view(np.float32).reshape(size, ivf.d).copy())
         return np.concatenate(parts) if parts else np.empty((0, ivf.d), np.float32)
     raise UnsupportedIndexError(
-        f"{type(inner).__name__} does not keep raw vectors (compressed codes or a graph), so the norms "
+        f"{type(inner).__name__} does not keep raw vectors (compressed codes), so the norms "
         "cannot be recovered: pass norms=... to NormIndex.from_faiss"
     )
 
@@ -145,3 +155,51 @@ def ann_params(index: faiss.Index) -> dict[str, int]:
         out["nprobe"] = int(ivf.nprobe)
         out["nlist"] = int(ivf.nlist)
     return out
+
+
+def breadth_knobs(
+    inner: faiss.Index, nprobe: object = None, ef_search: object = None, params: object = None
+) -> dict[str, int]:
+    """FAISS's own search-breadth knobs for ``inner`` (the index beneath an id map), checked:
+    ``nprobe`` (IVF, 1..nlist), ``ef_search`` (HNSW, 1..MAX_EF_SEARCH), or the same given as
+    ``faiss.SearchParametersIVF`` / ``faiss.SearchParametersHNSW``. Returns ``{"nprobe": n}`` or
+    ``{"efSearch": n}`` (empty when none is given); a knob the index does not have is refused."""
+    from normrank.errors import InvalidParameterError
+
+    if params is not None:
+        if isinstance(params, faiss.SearchParametersIVF) and nprobe is None:
+            nprobe = int(params.nprobe)
+        elif isinstance(params, faiss.SearchParametersHNSW) and ef_search is None:
+            ef_search = int(params.efSearch)
+        else:
+            raise InvalidParameterError(
+                "params must be a faiss.SearchParametersIVF (nprobe) or faiss.SearchParametersHNSW "
+                f"(efSearch), not given together with the same keyword; got {type(params).__name__}"
+            )
+        if getattr(params, "sel", None) is not None:
+            raise InvalidParameterError("params.sel (an IDSelector) is not supported: filter the results")
+    out: dict[str, int] = {}
+    for name, value, key in (("nprobe", nprobe, "nprobe"), ("ef_search", ef_search, "efSearch")):
+        if value is None:
+            continue
+        have = ann_params(inner)
+        if key not in have:
+            kind = "IVF" if key == "nprobe" else "HNSW"
+            raise InvalidParameterError(
+                f"{name} applies to {kind} indexes; this one is {type(inner).__name__}"
+            )
+        top = have.get("nlist", MAX_EF_SEARCH)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= top:
+            raise InvalidParameterError(f"{name} must be an integer in [1, {top}], got {value!r}")
+        out[key] = int(value)
+    return out
+
+
+def set_breadth(inner: faiss.Index, knobs: dict[str, int]) -> dict[str, int]:
+    """Set ``knobs`` (from :func:`breadth_knobs`) on ``inner``; returns the previous values."""
+    old = {key: ann_params(inner)[key] for key in knobs}
+    if "efSearch" in knobs:
+        inner.hnsw.efSearch = knobs["efSearch"]
+    if "nprobe" in knobs:
+        ivf_of(inner).nprobe = knobs["nprobe"]
+    return old

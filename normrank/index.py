@@ -12,28 +12,14 @@ import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.errors import (
-    DuplicateIdError,
-    IndexStateError,
-    InvalidInputError,
-    UnknownIdError,
-    UnsupportedIndexError,
-)
-from normrank.faiss_info import inner_index, with_ids
+from normrank import validation as check
+from normrank.doc_table import DocTable
+from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
+from normrank.faiss_info import ann_params, breadth_knobs, inner_index, set_breadth, with_ids
 from normrank.index_state import IndexState, check_state
 from normrank.persistence import load_state, save_state
 from normrank.search_cache import SearchCache
 from normrank.searcher import search_args, search_into
-from normrank.validation import (
-    as_alpha,
-    as_id_list,
-    as_ids,
-    as_k_factor,
-    as_one_id,
-    as_vectors,
-    as_weights,
-    split_norms,
-)
 from normrank.wrap import new_faiss_index, state_from_faiss
 
 __all__ = ["NormIndex"]
@@ -78,22 +64,20 @@ class NormIndex:
         n_tail: int | None = None,
         max_depth: int | None = None,
         device: str | None = None,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
     ) -> None:
         index, factory = new_faiss_index(dim, factory)
+        set_breadth(inner_index(index), breadth_knobs(inner_index(index), nprobe, ef_search))
         self.device = _checked_device(device)
         self._lock = threading.RLock()
-        options = {"alpha": alpha, "k_factor": k_factor, "factory": factory}
-        self._install(
-            IndexState.empty(with_ids(index), ann=ann, n_tail=n_tail, max_depth=max_depth, **options)
-        )
+        options = {"ann": ann, "n_tail": n_tail, "max_depth": max_depth, "factory": factory}
+        self._install(IndexState.empty(with_ids(index), alpha=alpha, k_factor=k_factor, **options))
 
     @classmethod
     def from_state(cls, state: IndexState, *, device: str | None = None) -> NormIndex:
-        """An index holding ``state`` (as :meth:`to_state` returns it and persistence reads it).
-
-        The FAISS index is used as is, not copied. Raises an ``InvalidInputError`` for options
-        out of range and ids that repeat.
-        """
+        """An index holding ``state`` (from :meth:`to_state` or persistence), its FAISS index used
+        as is; a state no index can be in raises (:func:`normrank.index_state.check_state`)."""
         out = cls.__new__(cls)
         out._lock = threading.RLock()
         out.device = _checked_device(device)
@@ -103,9 +87,9 @@ class NormIndex:
     def to_state(self) -> IndexState:
         """This index's state; arrays and the FAISS index are shared, not copied (read only)."""
         with self._lock:
-            tombstones = np.array(sorted(self._tombstones), dtype=np.int64)
+            docs = self._docs
             return IndexState(
-                self._index, self._ids, self._norms, self._weights, tombstones, self._next_id,
+                self._index, docs.ids, docs.norms, docs.weights, docs.tombstone_array(), docs.next_id,
                 self.alpha, self.k_factor, self.factory, self.ann, self.n_tail, self.max_depth,
             )  # fmt: skip
 
@@ -115,19 +99,12 @@ class NormIndex:
         self.alpha = state.alpha
         self.k_factor = state.k_factor
         self.ann, self.n_tail, self.max_depth = state.ann, state.n_tail, state.max_depth
-        ids = np.asarray(state.ids, dtype=np.int64)
-        pos = dict(zip(ids.tolist(), range(ids.size), strict=True))
         self._index = state.faiss_index
         # The index inside the id map, downcast once (each downcast costs microseconds a query).
         # An IndexFlat here is exact storage whose rows align with insertion order.
         self._inner = inner_index(state.faiss_index)
         self.factory = state.factory
-        self._ids, self._pos = ids, pos
-        self._norms = np.asarray(state.norms, dtype=np.float32)
-        self._weights = None if state.weights is None else np.asarray(state.weights, dtype=np.float32)
-        self._tombstones: set[int] = set(np.asarray(state.tombstones).tolist())  # removed, kept (HNSW)
-        derived = max([int(ids.max()) + 1 if ids.size else 0, *(t + 1 for t in self._tombstones)])
-        self._next_id = max(int(state.next_id), derived)
+        self._docs = DocTable(state.ids, state.norms, state.weights, state.tombstones, state.next_id)
         self._cache = SearchCache()
 
     # -- properties ---------------------------------------------------------------------------
@@ -139,7 +116,7 @@ class NormIndex:
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        a = as_alpha(value, 1)
+        a = check.as_alpha(value, 1)
         self._alpha = float(a[0])
 
     @property
@@ -149,7 +126,7 @@ class NormIndex:
 
     @k_factor.setter
     def k_factor(self, value: int) -> None:
-        self._k_factor = as_k_factor(value)
+        self._k_factor = check.as_k_factor(value)
 
     @property
     def dim(self) -> int:
@@ -157,7 +134,7 @@ class NormIndex:
 
     @property
     def ntotal(self) -> int:
-        return int(self._ids.shape[0])
+        return int(self._docs.ids.shape[0])
 
     def __len__(self) -> int:
         return self.ntotal
@@ -186,40 +163,34 @@ class NormIndex:
     def ids(self) -> np.ndarray:
         """int64 ids in storage order (a copy)."""
         with self._lock:
-            return self._ids.copy()
+            return self._docs.ids.copy()
 
     @property
     def norms(self) -> np.ndarray:
         """float32 raw norms ``||d||`` aligned with :attr:`ids` (a copy)."""
         with self._lock:
-            return self._norms.copy()
+            return self._docs.norms.copy()
 
     @property
     def weights(self) -> np.ndarray:
         """The per-document values that ``alpha`` exponentiates: the norms unless set otherwise."""
         with self._lock:
-            return (self._norms if self._weights is None else self._weights).copy()
-
-    def _positions(self, ids: np.ndarray) -> np.ndarray:
-        missing = [int(i) for i in ids if int(i) not in self._pos]
-        if missing:
-            raise UnknownIdError(f"unknown ids: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
-        return np.fromiter((self._pos[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+            return self._docs.base.copy()
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
         """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
-        arr = as_id_list(ids)
+        arr = check.as_id_list(ids)
         with self._lock:
-            return self._norms[self._positions(arr)]
+            return self._docs.norms[self._docs.positions(arr)]
 
     def __contains__(self, id_: object) -> bool:
-        return isinstance(id_, int | np.integer) and int(id_) in self._pos
+        return isinstance(id_, int | np.integer) and int(id_) in self._docs.pos
 
     # -- mutation -----------------------------------------------------------------------------
 
     def train(self, x: ArrayLike) -> None:
         """Train the FAISS index (IVF, PQ, ...) on the unit directions of raw vectors ``x``."""
-        unit, _ = split_norms(as_vectors(x, self.dim))
+        unit, _ = check.unit_and_norms(x, self.dim)
         with self._lock:
             if self.ntotal:
                 raise IndexStateError("train before adding: the index already holds vectors")
@@ -238,19 +209,13 @@ class NormIndex:
         set with :meth:`set_weights`, ``weights`` for the new rows are required.
         Nothing is added unless the whole batch is valid.
         """
-        vectors = as_vectors(x, self.dim)
-        n = vectors.shape[0]
-        unit, norms = split_norms(vectors)
-        w = None if weights is None else as_weights(weights, n)
+        unit, norms = check.unit_and_norms(x, self.dim)
+        n = unit.shape[0]
+        w = None if weights is None else check.as_weights(weights, n)
         with self._lock:
-            new_ids = (
-                np.arange(self._next_id, self._next_id + n, dtype=np.int64) if ids is None else as_ids(ids, n)
-            )
-            present = [int(i) for i in new_ids if int(i) in self._pos or int(i) in self._tombstones]
-            if present:
-                raise DuplicateIdError(f"ids already in the index: {present[:10]}")
-            if self._weights is not None and w is None and n:
-                raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
+            start = self._docs.next_id
+            new_ids = np.arange(start, start + n, dtype=np.int64) if ids is None else check.as_ids(ids, n)
+            self._docs.check_new(new_ids, w)
             if n == 0:
                 return new_ids
             if not self._index.is_trained:
@@ -259,37 +224,25 @@ class NormIndex:
                 self._index.add_with_ids(unit, new_ids)
             except RuntimeError as e:
                 raise IndexStateError(f"FAISS refused the vectors: {e}") from e
-            start = self.ntotal
-            self._ids = np.concatenate([self._ids, new_ids])
-            self._norms = np.concatenate([self._norms, norms])
-            if self._weights is not None:
-                self._weights = np.concatenate([self._weights, w if w is not None else norms])
-            self._pos.update(zip(new_ids.tolist(), range(start, start + n), strict=True))
-            self._next_id = max(self._next_id, int(new_ids.max()) + 1)
+            self._docs.append(new_ids, norms, w)
             self._changed()
             return new_ids
 
     def remove(self, ids: ArrayLike) -> int:
         """Remove ``ids``; returns how many were removed. Unknown ids raise and remove nothing."""
-        arr = as_ids(ids)
+        arr = check.as_ids(ids)
         with self._lock:
-            self._positions(arr)  # raises UnknownIdError before anything changes
+            self._docs.positions(arr)  # raises UnknownIdError before anything changes
             if not arr.size:
                 return 0
+            tombstone = False
             try:
                 removed = self._index.remove_ids(faiss.IDSelectorBatch(arr))
-            except RuntimeError:
-                # HNSW cannot delete: leave the vectors in the graph and skip them in results.
-                self._tombstones.update(arr.tolist())
-                removed = arr.size
+            except RuntimeError:  # HNSW cannot delete: the vectors stay, results skip them
+                removed, tombstone = arr.size, True
             if removed != arr.size:
                 raise IndexStateError(f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent")
-            keep = ~np.isin(self._ids, arr)
-            self._ids = self._ids[keep]
-            self._norms = self._norms[keep]
-            if self._weights is not None:
-                self._weights = self._weights[keep]
-            self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
+            self._docs.drop(arr, tombstone=tombstone)
             self._changed()
             return int(arr.size)
 
@@ -308,20 +261,20 @@ class NormIndex:
         """
         with self._lock:
             if ids is None:
-                w = as_weights(weights, self.ntotal)
+                w = check.as_weights(weights, self.ntotal)
             else:
-                arr = as_ids(ids)
+                arr = check.as_ids(ids)
                 if arr.size != self.ntotal:
                     raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
                 w = np.empty(self.ntotal, dtype=np.float32)
-                w[self._positions(arr)] = as_weights(weights, arr.size)
-            self._weights = w
+                w[self._docs.positions(arr)] = check.as_weights(weights, arr.size)
+            self._docs.weights = w
             self._changed()
 
     def clear_weights(self) -> None:
         """Score by the norms again."""
         with self._lock:
-            self._weights = None
+            self._docs.weights = None
             self._changed()
 
     def _changed(self) -> None:
@@ -329,14 +282,13 @@ class NormIndex:
 
     # -- search -------------------------------------------------------------------------------
 
-    def _base(self) -> np.ndarray:
-        return self._norms if self._weights is None else self._weights
-
     def _weight_for(self, alpha: float) -> np.ndarray | None:  # (for tests: what search uses)
-        return self._cache.power(self._base(), alpha)
+        return self._cache.power(self._docs.base, alpha)
 
     def _weight_order(self, alpha: float):
-        return self._cache.order(self._base(), alpha, lambda p: self._index.reconstruct_batch(self._ids[p]))
+        return self._cache.order(
+            self._docs.base, alpha, lambda p: self._index.reconstruct_batch(self._docs.ids[p])
+        )
 
     def search(
         self,
@@ -345,6 +297,9 @@ class NormIndex:
         *,
         alpha: float | ArrayLike | None = None,
         k_factor: int | None = None,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        params: faiss.SearchParameters | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents by ``cos(q, d) * ||d||**alpha``.
 
@@ -354,6 +309,9 @@ class NormIndex:
             alpha: exponent for this call (default :attr:`alpha`): a scalar or one per query,
                 within [-16, 16].
             k_factor: ANN over-fetch for this call (default :attr:`k_factor`); ignored when exact.
+            nprobe, ef_search, params: FAISS's own breadth for this call (IVF ``nprobe``, HNSW
+                ``efSearch``, or a ``faiss.SearchParametersIVF`` / ``SearchParametersHNSW``);
+                default :attr:`search_params`. Refused where the index has no such knob.
 
         Returns:
             ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
@@ -362,28 +320,49 @@ class NormIndex:
         unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
         scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
         ids = np.full(scores.shape, -1, dtype=np.int64)
+        given = nprobe is not None or ef_search is not None or params is not None
+        knobs = breadth_knobs(self._inner, nprobe, ef_search, params) if given else None
         with self._lock:
-            if self.ntotal and unit_q.shape[0]:
-                search_into(
-                    scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
-                    doc_ids=self._ids, base=self._base(), n_removed=len(self._tombstones),
-                    cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
-                    max_depth=self.max_depth, device=self.device,
-                )  # fmt: skip
+            old = set_breadth(self._inner, knobs) if knobs else None  # under the lock: one search at a time
+            try:
+                if self.ntotal and unit_q.shape[0]:
+                    docs = self._docs
+                    search_into(
+                        scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
+                        doc_ids=docs.ids, base=docs.base, n_removed=len(docs.tombstones),
+                        cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
+                        max_depth=self.max_depth, device=self.device,
+                    )  # fmt: skip
+            finally:
+                if old:
+                    set_breadth(self._inner, old)
         return scores, ids
+
+    @property
+    def search_params(self) -> dict[str, int]:
+        """FAISS's search breadth, saved with the index: IVF ``nprobe`` / ``nlist``, HNSW
+        ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`."""
+        return ann_params(self._inner)
+
+    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Set the default IVF ``nprobe`` / HNSW ``efSearch`` (kept by :meth:`save`)."""
+        knobs = breadth_knobs(self._inner, nprobe, ef_search)
+        with self._lock:
+            set_breadth(self._inner, knobs)
+            self._changed()
 
     # -- reconstruction -----------------------------------------------------------------------
 
     def reconstruct(self, id_: int) -> np.ndarray:
         """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
         with self._lock:
-            one = as_one_id(id_)
-            pos = int(self._positions(np.array([one]))[0])
+            one = check.as_one_id(id_)
+            pos = int(self._docs.positions(np.array([one]))[0])
             try:
                 unit = self._index.reconstruct(one)
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
-            return (unit * self._norms[pos]).astype(np.float32)
+            return (unit * self._docs.norms[pos]).astype(np.float32)
 
     # -- wrapping an existing index -----------------------------------------------------------
 

@@ -29,6 +29,7 @@ __all__ = [
     "as_vectors",
     "as_weights",
     "split_norms",
+    "unit_and_norms",
 ]
 
 # Below this a vector's direction is numerical noise: x / ||x|| would not be unit length.
@@ -104,6 +105,11 @@ def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np
         )
     unit = (x64 / norms[:, None]).astype(np.float32)
     return unit, as_weights(norms, norms.shape[0], what=f"norms of the {what}")
+
+
+def unit_and_norms(x: ArrayLike, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Raw vectors as ``(unit directions, norms)``: :func:`as_vectors` then :func:`split_norms`."""
+    return split_norms(as_vectors(x, dim))
 
 
 def as_weights(values: ArrayLike, n: int, *, what: str = "weights") -> np.ndarray:
