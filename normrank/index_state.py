@@ -10,7 +10,16 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
-from normrank.faiss_info import can_remove, inner_index, is_idmap, ivf_of, levels, stored_ids
+from normrank.faiss_info import (
+    MAX_EF_SEARCH,
+    ann_params,
+    can_remove,
+    inner_index,
+    is_idmap,
+    ivf_of,
+    levels,
+    stored_ids,
+)
 from normrank.validation import as_alpha, as_ids, as_k_factor, as_weights
 
 __all__ = ["IndexState", "check_state"]
@@ -118,6 +127,12 @@ def _check_faiss(index: faiss.Index, ids: np.ndarray, tombstones: np.ndarray) ->
             level.storage.ntotal != total or level.hnsw.levels.size() != total
         ):
             raise UnsupportedIndexError("the HNSW graph and its storage disagree on the count")
+    breadth = ann_params(inner_index(index))  # a hostile file may claim any nprobe / efSearch
+    if (
+        not 1 <= breadth.get("nprobe", 1) <= breadth.get("nlist", 1)
+        or not 1 <= breadth.get("efSearch", 1) <= MAX_EF_SEARCH
+    ):
+        raise UnsupportedIndexError(f"search breadth out of range: {breadth} (efSearch <= {MAX_EF_SEARCH})")
     ivf = ivf_of(inner_index(index))
     if ivf is not None:
         sizes = [ivf.invlists.list_size(i) for i in range(ivf.nlist)]

@@ -36,7 +36,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError, SaveError
-from normrank.faiss_info import is_gpu, is_idmap, ivf_of, stored_ids
+from normrank.faiss_info import ann_params, inner_index, is_gpu, is_idmap, ivf_of, stored_ids
 from normrank.faiss_io import read_faiss_index
 from normrank.index_state import IndexState, check_state
 
@@ -212,6 +212,7 @@ def _manifest_of(state: IndexState, faiss_index: faiss.Index, generation: str, f
         "ann": {"method": state.ann, "n_tail": state.n_tail, "max_depth": state.max_depth},
         "factory": state.factory,
         "faiss_type": type(faiss_index).__name__,
+        "search_params": ann_params(inner_index(faiss_index)),  # for people; index.faiss holds them
         "tombstones": int(state.tombstones.size),
         "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
         "files": files,

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 import faiss
 import numpy as np
 from numpy.typing import ArrayLike
@@ -46,8 +49,13 @@ def state_from_faiss(
     """The state of a NormIndex over the vectors in ``index`` (``NormIndex.from_faiss``).
 
     Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
-    flat index, IndexIVFFlat), their norms kept and the vectors replaced by unit vectors in a
-    new inner-product index of the same kind; ``index`` itself is left untouched.
+    flat index, IndexIVFFlat, IndexHNSWFlat / "HNSW32,Flat"), their norms kept and the vectors
+    replaced by unit vectors in a new inner-product index of the same kind; ``index`` itself is
+    left untouched. An IVF keeps the user's centroids (normalised: an inner-product quantizer
+    over unit vectors ranks lists by a centroid's direction) and nprobe. An HNSW graph was
+    built over the raw vectors, so for L2 or inner product it links the wrong neighbours for
+    cosine: it is rebuilt over the unit vectors with the same M, efConstruction and efSearch
+    (a warning says so; progress shows on a terminal).
 
     With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
     hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
@@ -66,18 +74,9 @@ def state_from_faiss(
             "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
         )
     ids = as_ids(ids, raw.shape[0])
-    d = index.d
-    ivf = ivf_of(inner_index(index))
-    if ivf is not None:
-        fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
-        fresh.nprobe = ivf.nprobe
-        fresh.train(unit)
-        factory = f"IVF{ivf.nlist},Flat"
-    else:
-        fresh = faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT)
-        factory = "Flat"
+    fresh, factory = _unit_twin(inner_index(index), unit)
     target = with_ids(fresh)
-    target.add_with_ids(unit, ids)
+    _add_with_progress(target, unit, ids, isinstance(fresh, faiss.IndexHNSW))
     return IndexState(
         target, ids, raw_norms, next_id=int(ids.max()) + 1 if ids.size else 0,
         alpha=alpha, k_factor=k_factor, factory=factory,
@@ -112,3 +111,44 @@ def _wrap_unit(
         wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
         alpha=alpha, k_factor=k_factor,
     )  # fmt: skip
+
+
+def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:
+    """An empty inner-product index of ``inner``'s kind for ``unit`` vectors, and its factory."""
+    d = inner.d
+    ivf = ivf_of(inner)
+    if ivf is not None:
+        centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist).astype(np.float64)
+        lengths = np.linalg.norm(centroids, axis=1, keepdims=True)
+        fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
+        fresh.nprobe = ivf.nprobe
+        if (lengths > 0).all() and np.isfinite(centroids).all():
+            fresh.quantizer.add((centroids / lengths).astype(np.float32))
+            fresh.is_trained = True
+        else:  # a zero centroid has no direction: train afresh
+            fresh.train(unit)
+        return fresh, f"IVF{ivf.nlist},Flat"
+    if isinstance(inner, faiss.IndexHNSW):
+        hnsw = inner.hnsw
+        m = hnsw.nb_neighbors(1)
+        fresh = faiss.IndexHNSWFlat(d, m, faiss.METRIC_INNER_PRODUCT)
+        fresh.hnsw.efConstruction, fresh.hnsw.efSearch = hnsw.efConstruction, hnsw.efSearch
+        warnings.warn(
+            f"from_faiss: rebuilding the HNSW graph (M={m}, efConstruction={hnsw.efConstruction}) over "
+            f"the {inner.ntotal} unit vectors: the original graph links neighbours of the raw vectors",
+            stacklevel=4,
+        )
+        return fresh, f"HNSW{m},Flat"
+    return faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT), "Flat"
+
+
+def _add_with_progress(target: faiss.Index, unit: np.ndarray, ids: np.ndarray, slow: bool) -> None:
+    """``add_with_ids``; a slow build (an HNSW graph) shows progress on a terminal, in chunks."""
+    if not slow or unit.shape[0] < 50_000 or not sys.stderr.isatty():
+        target.add_with_ids(unit, ids)
+        return
+    from rich.progress import track
+
+    step = 20_000
+    for start in track(range(0, unit.shape[0], step), description="rebuilding HNSW", transient=True):
+        target.add_with_ids(unit[start : start + step], ids[start : start + step])

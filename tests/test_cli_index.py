@@ -61,3 +61,39 @@ def test_npz_empty_file_bad_out_and_float32_overflow_exit_2(emb):
     for q in ("empty.npy", "arch.npz"):
         _assert_user_error(_run("index", "search", str(emb / "ix"), str(emb / q)))
     _assert_user_error(_run("index", "search", str(emb / "ix"), str(emb / "q.npy"), "-k", str(1 << 30)))
+
+
+def test_nprobe_and_ef_search_flags(emb):
+    x = np.random.default_rng(1).normal(size=(400, 4)).astype(np.float32)
+    np.save(emb / "big.npy", x)
+    res = _run(
+        "index",
+        "build",
+        str(emb / "big.npy"),
+        "--out",
+        str(emb / "ivf"),
+        "--factory",
+        "IVF4,Flat",
+        "--nprobe",
+        "4",
+    )
+    assert res.exit_code == 0 and "nprobe=4" in res.output, res.output
+    from normrank import NormIndex
+
+    assert NormIndex.load(emb / "ivf").search_params["nprobe"] == 4
+    res = _run("index", "search", str(emb / "ivf"), str(emb / "q.npy"), "--nprobe", "2")
+    assert res.exit_code == 0
+    _assert_user_error(_run("index", "search", str(emb / "ivf"), str(emb / "q.npy"), "--ef-search", "8"))
+    _assert_user_error(_run("index", "build", str(emb / "big.npy"), "--out", str(emb / "f"), "--nprobe", "3"))
+    res = _run(
+        "index",
+        "build",
+        str(emb / "big.npy"),
+        "--out",
+        str(emb / "h"),
+        "--factory",
+        "HNSW8",
+        "--ef-search",
+        "32",
+    )
+    assert res.exit_code == 0 and "efSearch=32" in res.output

@@ -419,3 +419,94 @@ def test_state_round_trip():
     q = np.random.default_rng(1).normal(size=(3, 4))
     for a, b in zip(ix.search(q, 5), copy.search(q, 5), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+# -- FAISS's own knobs and HNSW / IVF migration (issue #13, items 6 and 7) ---------------------
+
+
+def _recall(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
+
+
+def _data(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return clustered(n, d, rng), rng.normal(size=(20, d))
+
+
+def _exact(x, q, alpha, got, k=10) -> None:
+    ref_scores, ref_ids = brute_force(x, q, alpha)
+    assert_same_topk(ref_scores, ref_ids, got[0], got[1], k)
+
+
+def _top_ids(x, q, alpha, k=10) -> np.ndarray:
+    ref_scores, ref_ids = brute_force(x, q, alpha)
+    return np.take_along_axis(
+        np.broadcast_to(ref_ids, ref_scores.shape), np.argsort(-ref_scores, axis=1)[:, :k], 1
+    )
+
+
+@pytest.mark.parametrize("factory", ["HNSW16,Flat", "HNSW16"])
+def test_from_faiss_hnsw_recovers_norms_and_rebuilds_for_cosine(factory):
+    """IndexHNSWFlat keeps the raw vectors in its storage (reconstruct_n returns them): the norms
+    come back, and the graph, built for L2 over raw vectors, is rebuilt over unit vectors."""
+    x, q = _data(800, 16, 11)
+    src = faiss.index_factory(16, factory)  # L2, as users build it
+    src.hnsw.efConstruction = 64
+    src.hnsw.efSearch = 200
+    src.add(x.astype(np.float32))
+    with pytest.warns(UserWarning, match="rebuilding the HNSW graph"):
+        ix = NormIndex.from_faiss(src, alpha=0.5)
+    np.testing.assert_allclose(ix.norms, np.linalg.norm(x, axis=1), rtol=1e-5)
+    inner = faiss.downcast_index(ix.faiss_index.index)
+    assert isinstance(inner, faiss.IndexHNSW) and inner.metric_type == faiss.METRIC_INNER_PRODUCT
+    assert (inner.hnsw.nb_neighbors(1), inner.hnsw.efConstruction, inner.hnsw.efSearch) == (16, 64, 200)
+    assert ix.search_params == {"efSearch": 200}
+    for alpha in (-1.0, 0.0, 1.0):
+        _, ids = ix.search(q, 10, alpha=alpha)
+        assert _recall(ids, _top_ids(x, q, alpha)) > 0.97
+
+
+def test_from_faiss_ivf_reuses_the_users_centroids():
+    x, q = _data(1000, 16, 12)
+    quantizer = faiss.IndexFlatL2(16)
+    src = faiss.IndexIVFFlat(quantizer, 16, 8)
+    src.train(x.astype(np.float32))
+    src.add(x.astype(np.float32))
+    src.nprobe = 8
+    ix = NormIndex.from_faiss(src)
+    ivf = faiss.extract_index_ivf(ix.faiss_index)
+    theirs = src.quantizer.reconstruct_n(0, 8)
+    np.testing.assert_allclose(
+        ivf.quantizer.reconstruct_n(0, 8), theirs / np.linalg.norm(theirs, axis=1, keepdims=True), rtol=1e-5
+    )
+    assert ix.search_params == {"nprobe": 8, "nlist": 8}
+    for alpha in (-1.0, 0.5):  # every list probed: exact
+        _exact(x, q, alpha, ix.search(q, 10, alpha=alpha))
+
+
+def test_ann_knobs_reach_faiss_and_persist(tmp_path):
+    x, q = _data(600, 8, 13)
+    ix = NormIndex(8, factory="IVF16,Flat", nprobe=4)
+    ix.train(x)
+    ix.add(x)
+    assert ix.search_params["nprobe"] == 4
+    full = ix.search(q, 10, alpha=0.5, nprobe=16)  # every list: exact
+    _exact(x, q, 0.5, full)
+    assert ix.search_params["nprobe"] == 4  # a per-call value does not stick
+    same = ix.search(q, 10, alpha=0.5, params=faiss.SearchParametersIVF(nprobe=16))
+    np.testing.assert_array_equal(same[1], full[1])
+    ix.set_search_params(nprobe=16)
+    ix.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert loaded.search_params["nprobe"] == 16
+    np.testing.assert_array_equal(loaded.search(q, 10, alpha=0.5)[1], full[1])
+    for bad in ({"nprobe": 0}, {"nprobe": 17}, {"ef_search": 8}, {"nprobe": "4"}, {"params": object()}):
+        with pytest.raises(normrank.InvalidParameterError):
+            ix.search(q, 10, **bad)
+    h = NormIndex(8, factory="HNSW8", ef_search=24)
+    h.add(x)
+    assert h.search_params == {"efSearch": 24}
+    h.search(q, 5, ef_search=64)
+    assert h.search_params == {"efSearch": 24}
+    with pytest.raises(normrank.InvalidParameterError):
+        NormIndex(8).search(q, 5, nprobe=2)  # flat: no such knob, refused rather than ignored
