@@ -1,4 +1,5 @@
-"""Atomic, checksummed, pickle-free saving and loading of a :class:`NormIndex`.
+"""Atomic, checksummed, pickle-free saving and loading of a NormIndex's
+:class:`~normrank.index_state.IndexState` (this module never sees the index class).
 
 A saved index is a directory::
 
@@ -7,10 +8,14 @@ A saved index is a directory::
     gen-<id>/ids.npy       int64 ids
     gen-<id>/norms.npy     float32 raw norms
     gen-<id>/weights.npy   float32 custom weights (only when set)
+    gen-<id>/tombstones.npy int64 ids removed from an index that cannot delete (HNSW)
 
 Saving writes a new generation folder, fsyncs it, then replaces ``manifest.json`` with one
 ``os.replace``; older generations are deleted only after that. A crash at any point leaves a
-manifest that names a complete generation, so the previous (or the new) save loads.
+manifest that names a complete generation, so the previous (or the new) save loads. A save that
+fails (disk full, read-only) removes what it created and raises :class:`SaveError`. Nothing is
+written that the load would refuse: the state is checked first (``check_state``).
+The folder named may be a symlink to a folder; it is resolved once (:func:`save_path`).
 Loading trusts nothing: names come from a fixed set, no symlinks are followed, sizes and
 checksums are verified before any file is parsed, and ``.npy`` headers are read by hand so
 no pickle can run.
