@@ -20,6 +20,7 @@ from normrank.errors import (
     ZeroNormError,
 )
 from normrank.index import NormIndex
+from normrank.index_state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
 from normrank.topk import topk
 
@@ -29,6 +30,7 @@ __all__ = [
     "CorruptIndexError",
     "DimensionMismatchError",
     "DuplicateIdError",
+    "IndexState",
     "IndexStateError",
     "InvalidInputError",
     "InvalidParameterError",

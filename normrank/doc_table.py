@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from normrank.errors import DuplicateIdError, InvalidInputError, UnknownIdError
+from normrank.validation import MAX_ID
 
 __all__ = ["DocTable"]
 
@@ -36,6 +37,12 @@ class DocTable:
         if missing:
             raise UnknownIdError(f"unknown ids: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
         return np.fromiter((self.pos[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+
+    def default_ids(self, n: int) -> np.ndarray:
+        """The next ``n`` default ids (after the largest id ever used)."""
+        if self.next_id + n - 1 > MAX_ID:
+            raise InvalidInputError("default ids would pass 2**63 - 2: pass ids= explicitly")
+        return np.arange(self.next_id, self.next_id + n, dtype=np.int64)
 
     def check_new(self, new_ids: np.ndarray, weights: np.ndarray | None) -> None:
         """Refuse ids in use (or removed from an index that keeps their vectors), and rows

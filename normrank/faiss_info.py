@@ -8,7 +8,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from normrank.errors import UnsupportedIndexError
+from normrank.errors import InvalidParameterError, UnsupportedIndexError
 
 __all__ = [
     "MAX_EF_SEARCH",
@@ -164,8 +164,6 @@ def breadth_knobs(
     ``nprobe`` (IVF, 1..nlist), ``ef_search`` (HNSW, 1..MAX_EF_SEARCH), or the same given as
     ``faiss.SearchParametersIVF`` / ``faiss.SearchParametersHNSW``. Returns ``{"nprobe": n}`` or
     ``{"efSearch": n}`` (empty when none is given); a knob the index does not have is refused."""
-    from normrank.errors import InvalidParameterError
-
     if params is not None:
         if isinstance(params, faiss.SearchParametersIVF) and nprobe is None:
             nprobe = int(params.nprobe)

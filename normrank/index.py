@@ -213,8 +213,7 @@ class NormIndex:
         n = unit.shape[0]
         w = None if weights is None else check.as_weights(weights, n)
         with self._lock:
-            start = self._docs.next_id
-            new_ids = np.arange(start, start + n, dtype=np.int64) if ids is None else check.as_ids(ids, n)
+            new_ids = self._docs.default_ids(n) if ids is None else check.as_ids(ids, n)
             self._docs.check_new(new_ids, w)
             if n == 0:
                 return new_ids

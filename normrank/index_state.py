@@ -20,7 +20,7 @@ from normrank.faiss_info import (
     levels,
     stored_ids,
 )
-from normrank.validation import as_alpha, as_ids, as_k_factor, as_weights
+from normrank.validation import MAX_ID, as_alpha, as_ids, as_k_factor, as_weights
 
 __all__ = ["IndexState", "check_state"]
 
@@ -87,8 +87,8 @@ def check_state(state: IndexState) -> None:
         raise InvalidParameterError(f"factory must be a string or None, got {type(state.factory).__name__}")
     if isinstance(state.next_id, bool) or not isinstance(state.next_id, int | np.integer):
         raise InvalidParameterError(f"next_id must be an integer, got {state.next_id!r}")
-    if not 0 <= state.next_id < 1 << 62:
-        raise InvalidParameterError(f"next_id must lie in [0, 2**62), got {state.next_id}")
+    if not 0 <= state.next_id <= MAX_ID + 1:
+        raise InvalidParameterError(f"next_id must lie in [0, 2**63 - 1], got {state.next_id}")
     ids = as_ids(state.ids, np.shape(state.ids)[0] if np.ndim(state.ids) == 1 else -1)
     n = ids.size
     as_weights(state.norms, n, what="norms")

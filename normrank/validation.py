@@ -19,6 +19,7 @@ from normrank.errors import (
 
 __all__ = [
     "MAX_ABS_ALPHA",
+    "MAX_ID",
     "MAX_RESULT_ENTRIES",
     "as_alpha",
     "as_id_list",
@@ -36,6 +37,8 @@ __all__ = [
 _MIN_NORM = 1e-30
 # |alpha| beyond this is a mistake, not a query: norms of ~250 would already overflow float32.
 MAX_ABS_ALPHA = 16.0
+# The largest id: FAISS ids are int64, and the next default id (max id + 1) must fit too.
+MAX_ID = (1 << 63) - 2
 # Results are (nq, k) arrays (12 bytes an entry); past this many entries (~200 MB) a call is a
 # mistake, not a query: batch the queries instead.
 MAX_RESULT_ENTRIES = 1 << 24
@@ -173,6 +176,8 @@ def as_id_list(ids: ArrayLike, *, what: str = "ids") -> np.ndarray:
         raise InvalidInputError(f"{what} must be integers, got dtype {arr.dtype}")
     if (out < 0).any():
         raise InvalidInputError(f"{what} must be >= 0 (-1 marks a missing result, as in FAISS)")
+    if (out > MAX_ID).any():
+        raise InvalidInputError(f"{what} must be at most 2**63 - 2 (the next default id must fit in int64)")
     return out
 
 

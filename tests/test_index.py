@@ -510,3 +510,19 @@ def test_ann_knobs_reach_faiss_and_persist(tmp_path):
     assert h.search_params == {"efSearch": 24}
     with pytest.raises(normrank.InvalidParameterError):
         NormIndex(8).search(q, 5, nprobe=2)  # flat: no such knob, refused rather than ignored
+
+
+def test_largest_ids_save_load_and_default_ids_stop_typed(tmp_path):
+    """Found by the full fuzz profile: an id of 2**62 was accepted and the save refused; an id of
+    2**63 - 1 was accepted and the next default id overflowed (untyped OverflowError)."""
+    top = (1 << 63) - 2
+    ix = NormIndex(4)
+    ix.add(np.ones((2, 4)), ids=[1 << 62, top])
+    ix.save(tmp_path / "ix")
+    assert NormIndex.load(tmp_path / "ix").ids.tolist() == [1 << 62, top]
+    before = _state(ix)
+    with pytest.raises(normrank.InvalidInputError, match="pass ids="):
+        ix.add(np.ones((1, 4)))
+    with pytest.raises(normrank.InvalidInputError):
+        ix.add(np.ones((1, 4)), ids=[top + 1])
+    assert _unchanged(before, ix)
