@@ -57,8 +57,9 @@ def search_into(
     nq = unit_q.shape[0]
     # The work is bounded by what exists: a huge k on a few documents costs what k = ntotal does,
     # and the rest of each row stays the -inf / -1 padding the caller allocated.
-    k = min(k, doc_ids.size)
-    scores, ids = scores[:, :k], ids[:, :k]
+    if k > doc_ids.size:
+        k = doc_ids.size
+        scores, ids = scores[:, :k], ids[:, :k]
     flat = inner if isinstance(inner, faiss.IndexFlat) else None
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     for a in alphas[:1] if uniform else np.unique(alphas):
