@@ -377,7 +377,8 @@ class NormIndex:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Save to directory ``path`` atomically, no pickle (layout: :mod:`normrank.persistence`).
 
-        A crash or a failed write (disk full, read-only) leaves the previous save loadable."""
+        A crash or a failed write (disk full, read-only: :class:`~normrank.SaveError`) leaves the
+        previous save loadable. ``path`` may be a symlink to a folder; nothing inside is followed."""
         with self._lock:
             save_state(self.to_state(), path)
 

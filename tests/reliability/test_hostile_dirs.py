@@ -510,3 +510,28 @@ def test_a_symlinked_folder_saves_and_loads_alike(tmp_path):
     os.symlink(tmp_path / "missing", tmp_path / "dangling")
     with pytest.raises(normrank.InvalidInputError, match="missing target"):
         ix.save(tmp_path / "dangling")
+
+
+@pytest.mark.parametrize("knob", ["efSearch", "nprobe"])
+def test_hostile_search_breadth_is_refused(tmp_path, knob):
+    """FAISS allocates the beam / probe list per query: a re-signed file claiming efSearch = 10**6
+    or nprobe > nlist would make every search allocate it."""
+    import faiss
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(200, DIM)).astype(np.float32)
+    factory = "HNSW8" if knob == "efSearch" else "IVF4,Flat"
+    ix = NormIndex(DIM, factory=factory)
+    if not ix.is_trained:
+        ix.train(x)
+    ix.add(x)
+    d = tmp_path / "ix"
+    ix.save(d)
+    bad = faiss.deserialize_index(faiss.serialize_index(ix.faiss_index))
+    if knob == "efSearch":
+        faiss.downcast_index(bad.index).hnsw.efSearch = 10**6
+    else:
+        faiss.extract_index_ivf(bad).nprobe = 5
+    _save_state_files(d, faiss_index=bad)
+    with pytest.raises(CorruptIndexError, match="breadth"):
+        NormIndex.load(d)
