@@ -9,13 +9,18 @@ from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
     DuplicateIdError,
+    IndexStateError,
     InvalidInputError,
+    InvalidParameterError,
     NonFiniteError,
     NormrankError,
+    SaveError,
     UnknownIdError,
+    UnsupportedIndexError,
     ZeroNormError,
 )
 from normrank.index import NormIndex
+from normrank.index_state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
 from normrank.topk import topk
 
@@ -25,11 +30,16 @@ __all__ = [
     "CorruptIndexError",
     "DimensionMismatchError",
     "DuplicateIdError",
+    "IndexState",
+    "IndexStateError",
     "InvalidInputError",
+    "InvalidParameterError",
     "NonFiniteError",
     "NormIndex",
     "NormrankError",
+    "SaveError",
     "UnknownIdError",
+    "UnsupportedIndexError",
     "ZeroNormError",
     "__version__",
     "norm_weighted",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from normrank.faiss_info import ann_params
 from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
 __all__ = [
@@ -127,27 +128,6 @@ def _merge(
     heap.reorder()  # best first; slots never filled keep id -1
     values[ids < 0] = -np.inf
     return values, ids
-
-
-def ann_params(index: faiss.Index) -> dict[str, int]:
-    """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index."""
-    inner = (
-        faiss.downcast_index(index.index)
-        if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2)
-        else index
-    )
-    out: dict[str, int] = {}
-    if isinstance(inner, faiss.IndexHNSW):
-        out["efSearch"] = int(inner.hnsw.efSearch)
-        return out  # (asking FAISS for an IVF inside raises, which costs ~10 us a query)
-    try:
-        ivf = faiss.extract_index_ivf(inner)
-    except RuntimeError:
-        ivf = None
-    if ivf is not None:
-        out["nprobe"] = int(ivf.nprobe)
-        out["nlist"] = int(ivf.nlist)
-    return out
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ __all__ = [
     "MissingDependencyError",
     "NonFiniteError",
     "NormrankError",
+    "SaveError",
     "UnknownIdError",
     "UnsupportedIndexError",
     "ZeroNormError",
@@ -63,6 +64,11 @@ class IndexStateError(NormrankError, RuntimeError):
 
 class CorruptIndexError(NormrankError, OSError):
     """A saved index directory is corrupt, truncated, tampered with or of an unknown format."""
+
+
+class SaveError(NormrankError, OSError):
+    """A save could not be written (disk full, read-only folder, ...). What it created is
+    removed and the previous save in that folder still loads; retry once the cause is fixed."""
 
 
 class UnsupportedIndexError(NormrankError, TypeError):

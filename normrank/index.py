@@ -1,56 +1,28 @@
 """``NormIndex``: any FAISS inner-product index over unit vectors, plus the raw norms beside it,
-searched by ``cos(q, d) * ||d||**alpha`` (paper: ../shared/reference/paper.md, §4.3, §5.3)."""
+searched by ``cos(q, d) * ||d||**alpha`` (paper: "Optimization Dynamics Imprint Semantic
+Specificity in Contrastive Embedding Norms", §4.3, §5.3)."""
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from dataclasses import replace
 
 import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.errors import (
-    DuplicateIdError,
-    IndexStateError,
-    InvalidInputError,
-    InvalidParameterError,
-    UnknownIdError,
-    UnsupportedIndexError,
-)
-from normrank.scoring import norm_weight
-from normrank.topk import weighted_flat_search
-from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+from normrank import validation as check
+from normrank.doc_table import DocTable
+from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
+from normrank.faiss_info import ann_params, breadth_knobs, inner_index, set_breadth, with_ids
+from normrank.index_state import IndexState, check_state
+from normrank.persistence import load_state, save_state
+from normrank.search_cache import SearchCache
+from normrank.searcher import search_args, search_into
+from normrank.wrap import new_faiss_index, state_from_faiss
 
 __all__ = ["NormIndex"]
-
-_UNIT_TOLERANCE = 1e-4
-# ANN searches run this many queries at a time, so candidate arrays stay bounded.
-_ANN_QUERY_BLOCK = 256
-# "adaptive": grow the cosine depth until a bound proves the top-k (normrank.ann);
-# "overfetch": a fixed k * k_factor candidates (fast, recall not guaranteed).
-_ANN_METHODS = {"adaptive", "overfetch"}
-_WEIGHT_CACHE_SIZE = 8
-
-
-def _is_ivf(index: faiss.Index) -> bool:
-    try:
-        return faiss.extract_index_ivf(index) is not None
-    except RuntimeError:
-        return False
-
-
-def _with_ids(index: faiss.Index) -> faiss.Index:
-    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2."""
-    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
-        return index
-    if _is_ivf(index):
-        ivf = faiss.extract_index_ivf(index)
-        # reconstruct(id) on arbitrary ids needs a hash-table direct map.
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
-        return index
-    return faiss.IndexIDMap2(index)
 
 
 class NormIndex:
@@ -67,20 +39,15 @@ class NormIndex:
         ``NormIndex(faiss_index, alpha=...)`` wraps an empty inner-product index you built;
         ``NormIndex.from_faiss(filled_index)`` wraps one that already holds vectors.
 
-    Exactness: with a flat index the ranking is exact (the same scores as numpy brute force).
-    With an ANN index (IVF, HNSW) the default ``ann="adaptive"`` re-scores the index's cosine
-    candidates and scans documents exactly in decreasing weight order until a bound proves that
-    nothing unseen can beat the k-th score (:mod:`normrank.ann`); the ranking is then exact up
-    to what the ANN index returns at its nprobe / efSearch. ``n_tail`` sets the first chunk of
-    that scan (default ~3% of the documents, capped by the index's own work) and ``max_depth``
-    caps the cosine depth fetched. The scanned documents' unit vectors are copied once, as far
-    as searches have needed (at most one copy of the index per sign of alpha).
-    ``ann="overfetch"`` re-scores a fixed ``k * k_factor`` candidates: faster, recall not
-    guaranteed. Measured recall and latency: ``benchmarks/results/speed.md``.
+    Exactness: a flat index ranks exactly (numpy brute force's scores). On IVF / HNSW the
+    default ``ann="adaptive"`` re-scores the index's cosine candidates and scans documents in
+    decreasing weight order until a bound proves the top-k (:mod:`normrank.ann`): exact up to
+    what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
+    ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
+    ``k * k_factor`` candidates (faster, recall not guaranteed; benchmarks/results/speed.md).
 
-    Results follow FAISS: ``(scores, ids)`` float32 and int64 of shape ``(nq, k)``, padded with
-    score ``-inf`` and id ``-1`` when fewer than ``k`` documents exist. Equal scores may come in
-    any order. Memory for a search is bounded (blocks of queries and documents).
+    Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /
+    ``-1`` when fewer than ``k`` documents exist; equal scores in any order; memory bounded.
 
     Thread safety: all methods may be called from several threads; a search sees the index
     either before or after a concurrent ``add`` / ``remove``, never in between.
@@ -97,64 +64,48 @@ class NormIndex:
         n_tail: int | None = None,
         max_depth: int | None = None,
         device: str | None = None,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
     ) -> None:
-        if isinstance(dim, faiss.Index):
-            index = dim
-            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-                raise UnsupportedIndexError(
-                    "NormIndex needs an inner-product index (faiss.METRIC_INNER_PRODUCT) so that "
-                    "scores over unit vectors are cosines; use NormIndex.from_faiss for a filled L2 index"
-                )
-            if index.ntotal:
-                raise UnsupportedIndexError(
-                    f"the index already holds {index.ntotal} vectors: use NormIndex.from_faiss(index)"
-                )
-            factory = None
-        else:
-            if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-                raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
-            try:
-                index = faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT)
-            except RuntimeError as e:
-                raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
-        self._init_state(_with_ids(index), factory)
-        self.alpha = alpha
-        self.k_factor = k_factor
-        self._set_ann_options(ann, n_tail, max_depth, device)
+        index, factory = new_faiss_index(dim, factory)
+        set_breadth(inner_index(index), breadth_knobs(inner_index(index), nprobe, ef_search))
+        self.device = _checked_device(device)
+        self._lock = threading.RLock()
+        options = {"ann": ann, "n_tail": n_tail, "max_depth": max_depth, "factory": factory}
+        self._install(IndexState.empty(with_ids(index), alpha=alpha, k_factor=k_factor, **options))
 
-    def _set_ann_options(
-        self, ann: str, n_tail: int | None, max_depth: int | None, device: str | None
-    ) -> None:
-        """ANN and device options (see :mod:`normrank.ann` and :mod:`normrank.backends.torch_flat`)."""
-        if ann not in _ANN_METHODS:
-            raise InvalidParameterError(f"ann must be one of {sorted(_ANN_METHODS)}, got {ann!r}")
-        for name, v in (("n_tail", n_tail), ("max_depth", max_depth)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
-                raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
-        if device is not None:
-            from normrank.backends.torch_flat import resolve_device
+    @classmethod
+    def from_state(cls, state: IndexState, *, device: str | None = None) -> NormIndex:
+        """An index holding ``state`` (from :meth:`to_state` or persistence), its FAISS index used
+        as is; a state no index can be in raises (:func:`normrank.index_state.check_state`)."""
+        out = cls.__new__(cls)
+        out._lock = threading.RLock()
+        out.device = _checked_device(device)
+        out._install(state)
+        return out
 
-            resolve_device(device)  # refuse cuda without CUDA now, not at the first search
-        self.ann, self.n_tail, self.max_depth, self.device = ann, n_tail, max_depth, device
+    def to_state(self) -> IndexState:
+        """This index's state; arrays and the FAISS index are shared, not copied (read only)."""
+        with self._lock:
+            docs = self._docs
+            return IndexState(
+                self._index, docs.ids, docs.norms, docs.weights, docs.tombstone_array(), docs.next_id,
+                self.alpha, self.k_factor, self.factory, self.ann, self.n_tail, self.max_depth,
+            )  # fmt: skip
 
-    def _init_state(self, index: faiss.Index, factory: str | None) -> None:
-        if not hasattr(self, "ann"):  # search options survive reset(); defaults for other paths
-            self.ann, self.n_tail, self.max_depth, self.device = "adaptive", None, None, None
-        self._index = index
+    def _install(self, state: IndexState) -> None:
+        """Take ``state`` as this index's (checked first, so nothing is half-set)."""
+        check_state(state)
+        self.alpha = state.alpha
+        self.k_factor = state.k_factor
+        self.ann, self.n_tail, self.max_depth = state.ann, state.n_tail, state.max_depth
+        self._index = state.faiss_index
         # The index inside the id map, downcast once (each downcast costs microseconds a query).
         # An IndexFlat here is exact storage whose rows align with insertion order.
-        self._inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
-        self.factory = factory
-        self._lock = threading.RLock()
-        self._ids = np.empty(0, dtype=np.int64)
-        self._norms = np.empty(0, dtype=np.float32)
-        self._weights: np.ndarray | None = None
-        self._pos: dict[int, int] = {}
-        self._tombstones: set[int] = set()  # ids removed from indexes that cannot remove (HNSW)
-        self._next_id = 0
-        self._version = 0
-        self._weight_cache: dict[float, np.ndarray] = {}
-        self._aux: dict[str, Any] = {}  # derived search state (id lookup, tails, device copy)
+        self._inner = inner_index(state.faiss_index)
+        self.factory = state.factory
+        self._docs = DocTable(state.ids, state.norms, state.weights, state.tombstones, state.next_id)
+        self._cache = SearchCache()
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -165,7 +116,7 @@ class NormIndex:
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        a = as_alpha(value, 1)
+        a = check.as_alpha(value, 1)
         self._alpha = float(a[0])
 
     @property
@@ -175,9 +126,7 @@ class NormIndex:
 
     @k_factor.setter
     def k_factor(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise InvalidParameterError(f"k_factor must be an integer >= 1, got {value!r}")
-        self._k_factor = int(value)
+        self._k_factor = check.as_k_factor(value)
 
     @property
     def dim(self) -> int:
@@ -185,7 +134,7 @@ class NormIndex:
 
     @property
     def ntotal(self) -> int:
-        return int(self._ids.shape[0])
+        return int(self._docs.ids.shape[0])
 
     def __len__(self) -> int:
         return self.ntotal
@@ -214,40 +163,34 @@ class NormIndex:
     def ids(self) -> np.ndarray:
         """int64 ids in storage order (a copy)."""
         with self._lock:
-            return self._ids.copy()
+            return self._docs.ids.copy()
 
     @property
     def norms(self) -> np.ndarray:
         """float32 raw norms ``||d||`` aligned with :attr:`ids` (a copy)."""
         with self._lock:
-            return self._norms.copy()
+            return self._docs.norms.copy()
 
     @property
     def weights(self) -> np.ndarray:
         """The per-document values that ``alpha`` exponentiates: the norms unless set otherwise."""
         with self._lock:
-            return (self._norms if self._weights is None else self._weights).copy()
-
-    def _positions(self, ids: np.ndarray) -> np.ndarray:
-        missing = [int(i) for i in ids if int(i) not in self._pos]
-        if missing:
-            raise UnknownIdError(f"unknown ids: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
-        return np.fromiter((self._pos[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+            return self._docs.base.copy()
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
         """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
-        arr = np.atleast_1d(np.asarray(ids))
+        arr = check.as_id_list(ids)
         with self._lock:
-            return self._norms[self._positions(arr)]
+            return self._docs.norms[self._docs.positions(arr)]
 
     def __contains__(self, id_: object) -> bool:
-        return isinstance(id_, int | np.integer) and int(id_) in self._pos
+        return isinstance(id_, int | np.integer) and int(id_) in self._docs.pos
 
     # -- mutation -----------------------------------------------------------------------------
 
     def train(self, x: ArrayLike) -> None:
         """Train the FAISS index (IVF, PQ, ...) on the unit directions of raw vectors ``x``."""
-        unit, _ = split_norms(as_vectors(x, self.dim))
+        unit, _ = check.unit_and_norms(x, self.dim)
         with self._lock:
             if self.ntotal:
                 raise IndexStateError("train before adding: the index already holds vectors")
@@ -256,7 +199,9 @@ class NormIndex:
             except RuntimeError as e:
                 raise IndexStateError(f"FAISS could not train the index: {e}") from e
 
-    def add(self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None) -> np.ndarray:
+    def add(
+        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+    ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids.
 
         ``ids`` default to consecutive integers after the largest id so far. An id already in
@@ -264,19 +209,12 @@ class NormIndex:
         set with :meth:`set_weights`, ``weights`` for the new rows are required.
         Nothing is added unless the whole batch is valid.
         """
-        vectors = as_vectors(x, self.dim)
-        n = vectors.shape[0]
-        unit, norms = split_norms(vectors)
-        w = None if weights is None else self._check_weights(weights, n)
+        unit, norms = check.unit_and_norms(x, self.dim)
+        n = unit.shape[0]
+        w = None if weights is None else check.as_weights(weights, n)
         with self._lock:
-            new_ids = (
-                np.arange(self._next_id, self._next_id + n, dtype=np.int64) if ids is None else as_ids(ids, n)
-            )
-            present = [int(i) for i in new_ids if int(i) in self._pos or int(i) in self._tombstones]
-            if present:
-                raise DuplicateIdError(f"ids already in the index: {present[:10]}")
-            if self._weights is not None and w is None and n:
-                raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
+            new_ids = self._docs.default_ids(n) if ids is None else check.as_ids(ids, n)
+            self._docs.check_new(new_ids, w)
             if n == 0:
                 return new_ids
             if not self._index.is_trained:
@@ -285,38 +223,25 @@ class NormIndex:
                 self._index.add_with_ids(unit, new_ids)
             except RuntimeError as e:
                 raise IndexStateError(f"FAISS refused the vectors: {e}") from e
-            start = self.ntotal
-            self._ids = np.concatenate([self._ids, new_ids])
-            self._norms = np.concatenate([self._norms, norms])
-            if self._weights is not None:
-                self._weights = np.concatenate([self._weights, w if w is not None else norms])
-            self._pos.update(zip(new_ids.tolist(), range(start, start + n), strict=True))
-            self._next_id = max(self._next_id, int(new_ids.max()) + 1)
+            self._docs.append(new_ids, norms, w)
             self._changed()
             return new_ids
 
     def remove(self, ids: ArrayLike) -> int:
         """Remove ``ids``; returns how many were removed. Unknown ids raise and remove nothing."""
-        arr = np.atleast_1d(np.asarray(ids))
+        arr = check.as_ids(ids)
         with self._lock:
-            arr = as_ids(arr, arr.shape[0])
-            self._positions(arr)  # raises UnknownIdError before anything changes
+            self._docs.positions(arr)  # raises UnknownIdError before anything changes
             if not arr.size:
                 return 0
+            tombstone = False
             try:
                 removed = self._index.remove_ids(faiss.IDSelectorBatch(arr))
-            except RuntimeError:
-                # HNSW cannot delete: leave the vectors in the graph and skip them in results.
-                self._tombstones.update(arr.tolist())
-                removed = arr.size
+            except RuntimeError:  # HNSW cannot delete: the vectors stay, results skip them
+                removed, tombstone = arr.size, True
             if removed != arr.size:
                 raise IndexStateError(f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent")
-            keep = ~np.isin(self._ids, arr)
-            self._ids = self._ids[keep]
-            self._norms = self._norms[keep]
-            if self._weights is not None:
-                self._weights = self._weights[keep]
-            self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
+            self._docs.drop(arr, tombstone=tombstone)
             self._changed()
             return int(arr.size)
 
@@ -324,15 +249,9 @@ class NormIndex:
         """Remove everything (keeps training)."""
         with self._lock:
             self._index.reset()
-            self._init_state(self._index, self.factory)
-
-    def _check_weights(self, weights: ArrayLike, n: int) -> np.ndarray:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (n,):
-            raise InvalidInputError(f"weights must have shape ({n},), got {w.shape}")
-        if not (np.isfinite(w).all() and (w > 0).all()):
-            raise InvalidInputError("weights must be finite and > 0 (they are raised to the power alpha)")
-        return w.astype(np.float32)
+            empty = IndexState.empty(self._index)
+            self._install(replace(self.to_state(), ids=empty.ids, norms=empty.norms, weights=None,
+                                  tombstones=empty.tombstones, next_id=0))  # fmt: skip
 
     def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
         """Score by ``cos * w**alpha`` with your own per-document ``w`` (e.g. the probe's heat).
@@ -341,39 +260,34 @@ class NormIndex:
         """
         with self._lock:
             if ids is None:
-                w = self._check_weights(weights, self.ntotal)
+                w = check.as_weights(weights, self.ntotal)
             else:
-                arr = as_ids(ids, np.asarray(ids).shape[0])
+                arr = check.as_ids(ids)
                 if arr.size != self.ntotal:
                     raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
                 w = np.empty(self.ntotal, dtype=np.float32)
-                w[self._positions(arr)] = self._check_weights(weights, arr.size)
-            self._weights = w
+                w[self._docs.positions(arr)] = check.as_weights(weights, arr.size)
+            self._docs.weights = w
             self._changed()
 
     def clear_weights(self) -> None:
         """Score by the norms again."""
         with self._lock:
-            self._weights = None
+            self._docs.weights = None
             self._changed()
 
     def _changed(self) -> None:
-        self._version += 1
-        self._weight_cache.clear()
-        self._aux = {}
+        self._cache = SearchCache()
 
     # -- search -------------------------------------------------------------------------------
 
-    def _weight_for(self, alpha: float) -> np.ndarray | None:
-        if alpha == 0:
-            return None
-        w = self._weight_cache.get(alpha)
-        if w is None:
-            if len(self._weight_cache) >= _WEIGHT_CACHE_SIZE:
-                self._weight_cache.pop(next(iter(self._weight_cache)))
-            base = self._norms if self._weights is None else self._weights
-            w = self._weight_cache[alpha] = norm_weight(base, alpha)
-        return w
+    def _weight_for(self, alpha: float) -> np.ndarray | None:  # (for tests: what search uses)
+        return self._cache.power(self._docs.base, alpha)
+
+    def _weight_order(self, alpha: float):
+        return self._cache.order(
+            self._docs.base, alpha, lambda p: self._index.reconstruct_batch(self._docs.ids[p])
+        )
 
     def search(
         self,
@@ -382,6 +296,9 @@ class NormIndex:
         *,
         alpha: float | ArrayLike | None = None,
         k_factor: int | None = None,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        params: faiss.SearchParameters | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents by ``cos(q, d) * ||d||**alpha``.
 
@@ -391,109 +308,60 @@ class NormIndex:
             alpha: exponent for this call (default :attr:`alpha`): a scalar or one per query,
                 within [-16, 16].
             k_factor: ANN over-fetch for this call (default :attr:`k_factor`); ignored when exact.
+            nprobe, ef_search, params: FAISS's own breadth for this call (IVF ``nprobe``, HNSW
+                ``efSearch``, or a ``faiss.SearchParametersIVF`` / ``SearchParametersHNSW``);
+                default :attr:`search_params`. Refused where the index has no such knob.
 
         Returns:
             ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
             rows when fewer than ``k`` documents exist.
         """
-        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
-        nq = queries.shape[0]
-        k = as_k(k, nq)
-        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
-        factor = self.k_factor if k_factor is None else int(k_factor)
-        if factor < 1:
-            raise InvalidParameterError(f"k_factor must be >= 1, got {k_factor!r}")
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
-        if nq == 0:
-            return scores, ids
-        unit_q, _ = split_norms(queries, what="queries")
+        unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
+        scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
+        ids = np.full(scores.shape, -1, dtype=np.int64)
+        given = nprobe is not None or ef_search is not None or params is not None
+        knobs = breadth_knobs(self._inner, nprobe, ef_search, params) if given else None
         with self._lock:
-            if self.ntotal == 0:
-                return scores, ids
-            flat = self._inner if isinstance(self._inner, faiss.IndexFlat) else None
-            uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
-            for a in alphas[:1] if uniform else np.unique(alphas):
-                rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
-                if flat is not None:  # the flat kernel blocks queries and documents itself
-                    s, pos = self._search_flat(flat, unit_q[rows], k, float(a))
-                    scores[rows] = s
-                    ids[rows] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
-                    continue
-                for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
-                    sub = rows[r0 : r0 + _ANN_QUERY_BLOCK]
-                    s, pos = self._search_candidates(unit_q[sub], k, float(a), factor)
-                    scores[sub] = s
-                    ids[sub] = np.where(pos >= 0, self._ids[np.maximum(pos, 0)], -1)
+            old = set_breadth(self._inner, knobs) if knobs else None  # under the lock: one search at a time
+            try:
+                if self.ntotal and unit_q.shape[0]:
+                    docs = self._docs
+                    search_into(
+                        scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
+                        doc_ids=docs.ids, base=docs.base, n_removed=len(docs.tombstones),
+                        cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
+                        max_depth=self.max_depth, device=self.device,
+                    )  # fmt: skip
+            finally:
+                if old:
+                    set_breadth(self._inner, old)
         return scores, ids
 
-    def _search_flat(self, flat: faiss.IndexFlat, unit_q: np.ndarray, k: int, alpha: float):
-        n = flat.ntotal
-        storage = faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
-        if self.device is not None:
-            from normrank.backends import torch_flat
+    @property
+    def search_params(self) -> dict[str, int]:
+        """FAISS's search breadth, saved with the index: IVF ``nprobe`` / ``nlist``, HNSW
+        ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`."""
+        return ann_params(self._inner)
 
-            store = self._aux.get("torch")
-            if store is None:
-                store = self._aux["torch"] = torch_flat.TorchFlatStore(storage, self.device)
-            w = store.weights_on_device(alpha, self._weight_for(alpha))
-            return torch_flat.weighted_flat_search(store.vectors, w, unit_q, k)
-        return weighted_flat_search(storage, self._weight_for(alpha), unit_q, k)
-
-    def _search_candidates(self, unit_q: np.ndarray, k: int, alpha: float, factor: int):
-        """ANN: cosine candidates re-scored exactly; see :mod:`normrank.ann` for the method."""
-        from normrank import ann as _ann
-
-        lookup = self._aux.get("lookup")
-        if lookup is None:
-            lookup = self._aux["lookup"] = _ann.IdLookup(self._ids)
-        weights = self._weight_for(alpha)
-        n_all = self.ntotal + len(self._tombstones)
-        if self.ann == "overfetch":
-            return _ann.adaptive_search(
-                self._index, unit_q, k, weights if weights is not None else self._ones(), lookup,
-                depth=min(n_all, k * factor),
-            )  # fmt: skip
-        params = _ann.ann_params(self._inner)
-        depth = min(n_all, _ann.default_start(k, factor, params, n_all))
-        if self.max_depth is not None:
-            depth = min(depth, max(k, self.max_depth))
-        start = _ann.default_band_start(self.ntotal, params) if self.n_tail is None else self.n_tail
-        return _ann.adaptive_search(
-            self._index, unit_q, k, weights, lookup,
-            depth=depth, order=self._weight_order(alpha), band_start=start,
-            trust_depth=_ann.default_trust_depth(depth, params), params=params,
-        )  # fmt: skip
-
-    def _ones(self) -> np.ndarray:
-        return np.ones(self.ntotal, dtype=np.float32)
-
-    def _weight_order(self, alpha: float):
-        """The documents in decreasing ``w**alpha`` order (one per sign of alpha), built once."""
-        from normrank import ann as _ann
-
-        if alpha == 0:
-            return None
-        key = f"order{'+' if alpha > 0 else '-'}"
-        order = self._aux.get(key)
-        if order is None:
-            base = self._norms if self._weights is None else self._weights
-            order = self._aux[key] = _ann.WeightOrder(
-                base, 1 if alpha > 0 else -1, lambda pos: self._index.reconstruct_batch(self._ids[pos])
-            )
-        return order
+    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Set the default IVF ``nprobe`` / HNSW ``efSearch`` (kept by :meth:`save`)."""
+        knobs = breadth_knobs(self._inner, nprobe, ef_search)
+        with self._lock:
+            set_breadth(self._inner, knobs)
+            self._changed()
 
     # -- reconstruction -----------------------------------------------------------------------
 
     def reconstruct(self, id_: int) -> np.ndarray:
         """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
         with self._lock:
-            pos = int(self._positions(np.asarray([id_]))[0])
+            one = check.as_one_id(id_)
+            pos = int(self._docs.positions(np.array([one]))[0])
             try:
-                unit = self._index.reconstruct(int(id_))
+                unit = self._index.reconstruct(one)
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
-            return (unit * self._norms[pos]).astype(np.float32)
+            return (unit * self._docs.norms[pos]).astype(np.float32)
 
     # -- wrapping an existing index -----------------------------------------------------------
 
@@ -501,146 +369,29 @@ class NormIndex:
     def from_faiss(
         cls, index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
     ) -> NormIndex:
-        """Wrap an index that already holds vectors.
-
-        Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
-        flat index, IndexIVFFlat), their norms kept and the vectors replaced by unit vectors in a
-        new inner-product index of the same kind; ``index`` itself is left untouched.
-
-        With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
-        hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
-        as is.
-        """
-        ids, inner = _stored_ids(index)
-        if norms is not None:
-            n = np.asarray(norms, dtype=np.float64)
-            if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
-                raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
-            if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-                raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
-            if "Gpu" in type(index).__name__:
-                index = faiss.index_gpu_to_cpu(index)
-            out = cls.__new__(cls)
-            wrapped = index if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap) or _is_ivf(index) else None
-            if wrapped is None:
-                if not np.array_equal(ids, np.arange(index.ntotal)):
-                    raise UnsupportedIndexError("cannot wrap this index type with custom ids")
-                # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
-                wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
-                wrapped.index = index
-                wrapped.own_fields = False
-                wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
-                wrapped.ntotal = index.ntotal
-                wrapped.is_trained = index.is_trained
-                faiss.copy_array_to_vector(ids, wrapped.id_map)
-                wrapped.construct_rev_map()
-            out._init_state(wrapped, None)
-            out.alpha, out.k_factor = alpha, k_factor
-            out._set_ann_options("adaptive", None, None, None)
-            out._set_contents(ids, n.astype(np.float32))
-            return out
-        raw = _raw_vectors(index, inner)
-        _, raw_norms = split_norms(raw, what="stored vectors")
-        if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
-            raise UnsupportedIndexError(
-                "the stored vectors are already unit length, so their raw norms are lost: "
-                "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
-            )
-        if _is_ivf(inner):
-            ivf = faiss.extract_index_ivf(inner)
-            fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(index.d), index.d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
-            fresh.nprobe = ivf.nprobe
-            out = cls(fresh, alpha=alpha, k_factor=k_factor)
-            out.train(raw)
-            factory = f"IVF{ivf.nlist},Flat"
-        else:
-            out = cls(index.d, alpha=alpha, factory="Flat", k_factor=k_factor)
-            factory = "Flat"
-        out.add(raw, ids)
-        out.factory = factory
-        return out
-
-    def _set_contents(self, ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None = None) -> None:
-        self._ids = ids.astype(np.int64)
-        self._norms = norms.astype(np.float32)
-        self._weights = None if weights is None else weights.astype(np.float32)
-        self._pos = dict(zip(self._ids.tolist(), range(self._ids.size), strict=True))
-        if len(self._pos) != self._ids.size:
-            raise DuplicateIdError("the index holds duplicate ids")
-        self._next_id = int(self._ids.max()) + 1 if self._ids.size else 0
-        self._changed()
+        """Wrap an index that already holds vectors (see :func:`normrank.wrap.state_from_faiss`)."""
+        return cls.from_state(state_from_faiss(index, norms=norms, alpha=alpha, k_factor=k_factor))
 
     # -- persistence --------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to directory ``path`` atomically: a crash leaves the previous save loadable.
+        """Save to directory ``path`` atomically, no pickle (layout: :mod:`normrank.persistence`).
 
-        Layout: ``manifest.json`` (format version, dim, alpha, count, factory, SHA-256 and size
-        of every file) naming one generation folder with ``index.faiss`` (FAISS's own format),
-        ``ids.npy`` and ``norms.npy`` (and ``weights.npy``). No pickle.
-        """
-        from normrank.persistence import save_index
-
+        A crash or a failed write (disk full, read-only: :class:`~normrank.SaveError`) leaves the
+        previous save loadable. ``path`` may be a symlink to a folder; nothing inside is followed."""
         with self._lock:
-            save_index(self, path)
+            save_state(self.to_state(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NormIndex:
-        """Load a directory written by :meth:`save`, verifying sizes and checksums first.
-
-        Raises :class:`normrank.errors.CorruptIndexError` for a corrupt, truncated, tampered or
-        unknown-format directory.
-        """
-        from normrank.persistence import load_index
-
-        return load_index(cls, path)
+        """Load a directory written by :meth:`save`, verifying sizes, checksums and contents;
+        :class:`~normrank.errors.CorruptIndexError` for a corrupt or tampered directory."""
+        return cls.from_state(load_state(path))  # load_state ran check_state: nothing left to refuse
 
 
-def _stored_ids(index: faiss.Index) -> tuple[np.ndarray, faiss.Index]:
-    """The ids of a filled index in storage order, and the index beneath any id map."""
-    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
-        return faiss.vector_to_array(index.id_map).astype(np.int64), faiss.downcast_index(index.index)
-    if _is_ivf(index):
-        ivf = faiss.extract_index_ivf(index)
-        lists = ivf.invlists
-        parts = [
-            faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
-            for i in range(ivf.nlist)
-            if lists.list_size(i)
-        ]
-        return (np.concatenate(parts) if parts else np.empty(0, np.int64)).astype(np.int64), index
-    return np.arange(index.ntotal, dtype=np.int64), index
+def _checked_device(device: str | None) -> str | None:
+    if device is not None:
+        from normrank.backends.torch_flat import resolve_device
 
-
-def _raw_vectors(index: faiss.Index, inner: faiss.Index) -> np.ndarray:
-    """The stored float32 vectors, in the order of :func:`_stored_ids`, where FAISS keeps them raw."""
-    if "Gpu" in type(inner).__name__:
-        raise UnsupportedIndexError(
-            "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
-        )
-    if isinstance(inner, faiss.IndexFlat):
-        return faiss.rev_swig_ptr(inner.get_xb(), inner.ntotal * inner.d).reshape(-1, inner.d).copy()
-    if _is_ivf(inner) and isinstance(faiss.downcast_index(faiss.extract_index_ivf(inner)), faiss.IndexIVFFlat):
-        ivf = faiss.extract_index_ivf(inner)
-        lists = ivf.invlists
-        parts = []
-        for i in range(ivf.nlist):
-            size = lists.list_size(i)
-            if size:
-                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
-                parts.append(codes.view(np.float32).reshape(size, ivf.d).copy())
-        return np.concatenate(parts) if parts else np.empty((0, ivf.d), np.float32)
-    raise UnsupportedIndexError(
-        f"{type(inner).__name__} does not keep raw vectors (compressed codes or a graph), so the norms "
-        "cannot be recovered: pass norms=... to NormIndex.from_faiss"
-    )
-
-
-def _state_arrays(index: NormIndex) -> dict[str, Any]:
-    """What persistence writes besides the FAISS file."""
-    arrays = {"ids": index._ids, "norms": index._norms}
-    if index._weights is not None:
-        arrays["weights"] = index._weights
-    if index._tombstones:
-        arrays["tombstones"] = np.array(sorted(index._tombstones), dtype=np.int64)
-    return arrays
+        resolve_device(device)  # refuse cuda without CUDA now, not at the first search
+    return device

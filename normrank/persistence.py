@@ -1,4 +1,5 @@
-"""Atomic, checksummed, pickle-free saving and loading of a :class:`NormIndex`.
+"""Atomic, checksummed, pickle-free saving and loading of a NormIndex's
+:class:`~normrank.index_state.IndexState` (this module never sees the index class).
 
 A saved index is a directory::
 
@@ -7,10 +8,14 @@ A saved index is a directory::
     gen-<id>/ids.npy       int64 ids
     gen-<id>/norms.npy     float32 raw norms
     gen-<id>/weights.npy   float32 custom weights (only when set)
+    gen-<id>/tombstones.npy int64 ids removed from an index that cannot delete (HNSW)
 
 Saving writes a new generation folder, fsyncs it, then replaces ``manifest.json`` with one
 ``os.replace``; older generations are deleted only after that. A crash at any point leaves a
-manifest that names a complete generation, so the previous (or the new) save loads.
+manifest that names a complete generation, so the previous (or the new) save loads. A save that
+fails (disk full, read-only) removes what it created and raises :class:`SaveError`. Nothing is
+written that the load would refuse: the state is checked first (``check_state``).
+The folder named may be a symlink to a folder; it is resolved once (:func:`save_path`).
 Loading trusts nothing: names come from a fixed set, no symlinks are followed, sizes and
 checksums are verified before any file is parsed, and ``.npy`` headers are read by hand so
 no pickle can run.
@@ -30,17 +35,17 @@ import stat
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError
+from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError, SaveError
+from normrank.faiss_info import ann_params, inner_index, is_gpu, is_idmap, ivf_of, stored_ids
+from normrank.faiss_io import read_faiss_index
+from normrank.index_state import IndexState, check_state
 
-if TYPE_CHECKING:
-    from normrank.index import NormIndex
-
-__all__ = ["FORMAT_VERSION", "load_index", "save_index"]
+__all__ = ["FORMAT_VERSION", "load_state", "save_path", "save_state"]
 
 FORMAT = "normrank-index"
 FORMAT_VERSION = 1
@@ -73,10 +78,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_file(path: Path, data: bytes) -> dict[str, Any]:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    """Write a new file (never an existing one) and fsync it; every step goes through ``os``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -89,14 +99,45 @@ def _npy_bytes(arr: np.ndarray, dtype: str) -> bytes:
     return bio.getvalue() + a.tobytes()
 
 
-def save_index(index: NormIndex, path: str | os.PathLike[str]) -> None:
-    """Write ``index`` to directory ``path`` atomically (see the module docstring)."""
-    root = Path(path)
+def save_path(path: str | os.PathLike[str]) -> Path:
+    """The folder a save or load uses. The path you name may be a symlink to a folder (or pass
+    through symlinked parents): it is resolved once, here, and nothing inside the folder is
+    ever followed. A NUL byte or a non-path is refused."""
+    try:
+        raw = os.fspath(path)
+    except TypeError as e:
+        raise InvalidInputError(f"path must be a str or os.PathLike, got {type(path).__name__}") from e
+    if ("\0" if isinstance(raw, str) else b"\0") in raw:
+        raise InvalidInputError("path contains a NUL byte")
+    if os.path.islink(raw) and not os.path.exists(raw):
+        raise InvalidInputError(
+            f"{raw} is a symlink to a missing target: create the target or name another path"
+        )
+    return Path(os.path.realpath(raw))
+
+
+def save_state(state: IndexState, path: str | os.PathLike[str]) -> None:
+    """Write ``state`` to directory ``path`` atomically (see the module docstring).
+
+    A failure at any step (disk full, read-only, any OSError) removes what this save created,
+    raises :class:`SaveError` and leaves the previous save loadable; a later save needs no
+    clean-up first."""
+    root = save_path(path)
     if root.exists() and not root.is_dir():
         raise InvalidInputError(f"{root} exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
-    with _save_lock(root):
-        _save_locked(index, root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except (NotADirectoryError, FileExistsError) as e:
+        raise InvalidInputError(f"cannot create {root}: a parent is not a directory ({e.strerror})") from e
+    except OSError as e:
+        raise SaveError(f"cannot create {root}: {e.strerror or e}") from e
+    try:
+        with _save_lock(root):
+            _save_locked(state, root)
+    except OSError as e:
+        if isinstance(e, NormrankError):
+            raise
+        raise SaveError(f"saving to {root} failed ({e.strerror or e}); the previous save is intact") from e
 
 
 @contextlib.contextmanager
@@ -116,40 +157,44 @@ def _save_lock(root: Path):
         os.close(fd)  # closing releases the lock, also when the process dies
 
 
-def _save_locked(index: NormIndex, root: Path) -> None:
-    from normrank.index import _state_arrays
+def _state_arrays(state: IndexState) -> dict[str, np.ndarray]:
+    """What is written besides the FAISS file."""
+    arrays = {"ids": state.ids, "norms": state.norms}
+    if state.weights is not None:
+        arrays["weights"] = state.weights
+    if state.tombstones.size:
+        arrays["tombstones"] = state.tombstones
+    return arrays
 
+
+def _save_locked(state: IndexState, root: Path) -> None:
+    check_state(state)  # what load would refuse is never written
     generation = f"gen-{uuid.uuid4().hex}"
     staging = root / f"{generation}.tmp"
-    staging.mkdir()
-    faiss_index = index.faiss_index
-    if "Gpu" in type(faiss_index).__name__:
-        faiss_index = faiss.index_gpu_to_cpu(faiss_index)
-    files = {_FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())}
-    for name, arr in _state_arrays(index).items():
-        fname = f"{name}.npy"
-        files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
-    _fsync_dir(staging)
-    os.rename(staging, root / generation)
-    _fsync_dir(root)
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "generation": generation,
-        "dim": index.dim,
-        "count": index.ntotal,
-        "alpha": index.alpha,
-        "k_factor": index.k_factor,
-        "ann": {"method": index.ann, "n_tail": index.n_tail, "max_depth": index.max_depth},
-        "factory": index.factory,
-        "faiss_type": type(faiss_index).__name__,
-        "tombstones": len(index._tombstones),
-        "next_id": index._next_id,  # default ids never reuse a removed one, also after a reload
-        "files": files,
-    }
     tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    _write_file(tmp, json.dumps(manifest, indent=2).encode())
-    os.replace(tmp, root / MANIFEST)  # the commit point
+    faiss_index = state.faiss_index
+    if is_gpu(faiss_index):
+        faiss_index = faiss.index_gpu_to_cpu(faiss_index)
+    try:
+        os.mkdir(staging)
+        files = {
+            _FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())
+        }
+        for name, arr in _state_arrays(state).items():
+            fname = f"{name}.npy"
+            files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))
+        _fsync_dir(staging)
+        os.rename(staging, root / generation)
+        _fsync_dir(root)
+        _write_file(tmp, json.dumps(_manifest_of(state, faiss_index, generation, files), indent=2).encode())
+        os.replace(tmp, root / MANIFEST)  # the commit point
+    except BaseException:
+        # Nothing this save created may stay: a full disk must not fill up with staging folders.
+        for leftover in (staging, root / generation):
+            shutil.rmtree(leftover, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     _fsync_dir(root)
     for entry in root.iterdir():  # older generations and debris of interrupted saves
         if entry.name != generation and _DEBRIS.match(entry.name):
@@ -158,6 +203,25 @@ def _save_locked(index: NormIndex, root: Path) -> None:
             else:
                 with contextlib.suppress(OSError):
                     entry.unlink()
+
+
+def _manifest_of(state: IndexState, faiss_index: faiss.Index, generation: str, files: dict) -> dict:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generation": generation,
+        "dim": int(faiss_index.d),
+        "count": int(state.ids.size),
+        "alpha": state.alpha,
+        "k_factor": state.k_factor,
+        "ann": {"method": state.ann, "n_tail": state.n_tail, "max_depth": state.max_depth},
+        "factory": state.factory,
+        "faiss_type": type(faiss_index).__name__,
+        "search_params": ann_params(inner_index(faiss_index)),  # for people; index.faiss holds them
+        "tombstones": int(state.tombstones.size),
+        "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
+        "files": files,
+    }
 
 
 def _open_dir(path: Path) -> int:
@@ -278,13 +342,13 @@ def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
     return m
 
 
-def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
+def load_state(path: str | os.PathLike[str]) -> IndexState:
     """Read a directory written by :func:`save_index`; every inconsistency is a CorruptIndexError.
 
     A save running concurrently in another process may delete the generation a load is reading;
     the load then re-reads the manifest and tries the new generation (a few times).
     """
-    root = Path(path)
+    root = save_path(path)
     if not root.is_dir():
         raise CorruptIndexError(f"{root} is not a directory")
     for attempt in range(_LOAD_RETRIES):
@@ -292,7 +356,7 @@ def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
         try:
             m = _manifest(root_fd, root)
             try:
-                return _load_generation(cls, root, root_fd, m)
+                return _load_generation(root, root_fd, m)
             except CorruptIndexError:
                 if attempt + 1 == _LOAD_RETRIES:
                     raise
@@ -308,7 +372,7 @@ def load_index(cls: type[NormIndex], path: str | os.PathLike[str]) -> NormIndex:
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str, Any]) -> NormIndex:
+def _load_generation(root: Path, root_fd: int, m: dict[str, Any]) -> IndexState:
     try:
         gen_fd = os.open(
             m["generation"],
@@ -343,41 +407,46 @@ def _load_generation(cls: type[NormIndex], root: Path, root_fd: int, m: dict[str
         raise CorruptIndexError("ids.npy or tombstones.npy holds negative ids")
     if np.unique(tombstones).size != tombstones.size or np.isin(tombstones, ids).any():
         raise CorruptIndexError("tombstones.npy repeats an id or names a live id")
-    from normrank.faiss_io import read_faiss_index
-
     index = read_faiss_index(blobs[_FAISS_FILE], dim=m["dim"], count=count + tombstones.size)
     del blobs
     stored = _faiss_ids(index)
     if stored is not None:
         live = stored[~np.isin(stored, tombstones)] if tombstones.size else stored
-        same = np.array_equal(live, ids) if _is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
+        same = np.array_equal(live, ids) if is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
         if not same or live.size != stored.size - tombstones.size:
             raise CorruptIndexError("ids.npy does not match the ids inside index.faiss")
-    out = cls.__new__(cls)
-    out._init_state(index, m.get("factory") if isinstance(m.get("factory"), str) else None)
-    out.alpha = float(m["alpha"])
-    kf = m.get("k_factor", 10)
-    out.k_factor = kf if isinstance(kf, int) and not isinstance(kf, bool) and 1 <= kf < 1 << 20 else 10
-    ann = m.get("ann") if isinstance(m.get("ann"), dict) else {}
-    try:  # search options, not data: the device is a runtime choice and is not saved
-        out._set_ann_options(ann.get("method", "adaptive"), ann.get("n_tail"), ann.get("max_depth"), None)
-    except NormrankError as e:
-        raise CorruptIndexError(f"bad ANN options in the manifest: {e}") from e
+    state = IndexState(
+        index, ids, norms, weights, tombstones,
+        next_id=_optional(m, "next_id", 0),
+        alpha=float(m["alpha"]),
+        k_factor=_optional(m, "k_factor", 10),
+        factory=_optional(m, "factory", None, str),
+        **_ann_options(m),
+    )  # fmt: skip
     try:
-        out._set_contents(ids, norms, weights)
-    except Exception as e:
-        raise CorruptIndexError(f"inconsistent ids: {e}") from e
-    out._tombstones = set(tombstones.tolist())
-    if out._tombstones and out._next_id <= max(out._tombstones):
-        out._next_id = max(out._tombstones) + 1
-    next_id = m.get("next_id")
-    if isinstance(next_id, int) and not isinstance(next_id, bool) and out._next_id < next_id < 1 << 62:
-        out._next_id = next_id
-    return out
+        check_state(state)
+    except NormrankError as e:  # consistent checksums, impossible contents
+        raise CorruptIndexError(f"{root}: the saved index is inconsistent: {e}") from e
+    return state
 
 
-def _is_idmap(index: faiss.Index) -> bool:
-    return isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap)
+def _optional(m: dict[str, Any], key: str, default: Any, kind: type = int) -> Any:
+    """A manifest entry older saves may lack; present, it must be of its kind (checked later)."""
+    v = m.get(key, default)
+    if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+        raise CorruptIndexError(f"bad {key!r} in the manifest: {str(v)[:40]!r}")
+    return v
+
+
+def _ann_options(m: dict[str, Any]) -> dict[str, Any]:
+    """Search options, not data (the device is a runtime choice and is not saved)."""
+    ann = m.get("ann", {})
+    if not isinstance(ann, dict) or not set(ann) <= {"method", "n_tail", "max_depth"}:
+        raise CorruptIndexError("bad 'ann' options in the manifest")
+    method = ann.get("method", "adaptive")
+    if not isinstance(method, str):
+        raise CorruptIndexError("bad 'ann' options in the manifest")
+    return {"ann": method, "n_tail": ann.get("n_tail"), "max_depth": ann.get("max_depth")}
 
 
 def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
@@ -386,19 +455,10 @@ def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
     For IVF the id -> (list, offset) direct map is rebuilt from the lists rather than trusted
     from the file: ``reconstruct`` follows it without bounds checks.
     """
-    if _is_idmap(index):
-        return faiss.vector_to_array(index.id_map).astype(np.int64)
-    try:
-        ivf = faiss.extract_index_ivf(index)
-    except RuntimeError:
-        return None
-    lists = ivf.invlists
-    parts = []
-    for i in range(ivf.nlist):
-        size = lists.list_size(i)
-        if size:
-            parts.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
-    stored = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+    stored = stored_ids(index)
+    ivf = None if stored is None or is_idmap(index) else ivf_of(index)
+    if ivf is None:
+        return stored
     if stored.size != index.ntotal:
         raise CorruptIndexError("index.faiss: the IVF lists do not hold ntotal vectors")
     if stored.size and (stored.min() < 0 or np.unique(stored).size != stored.size):

@@ -1,4 +1,5 @@
-"""Norm-aware scores as small pure functions (paper: ../shared/reference/paper.md, §4.3).
+"""Norm-aware scores as small pure functions (paper: "Optimization Dynamics Imprint Semantic
+Specificity in Contrastive Embedding Norms", §4.3).
 
 Each takes cosine similarities that were already computed (by FAISS, a matmul or another store)
 and re-weights them; none of them searches.
@@ -11,9 +12,12 @@ from numpy.typing import ArrayLike
 
 from normrank.errors import InvalidParameterError
 
-__all__ = ["norm_weight", "norm_weighted", "symmetric_score"]
+__all__ = ["WEIGHT_CAP", "norm_weight", "norm_weighted", "symmetric_score"]
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# w**alpha saturates here, half float32's maximum: a score cos * w then never reaches -FLT_MAX,
+# which FAISS's heaps use as "empty slot" (a document scoring exactly that would be dropped),
+# nor overflows when a rounded cosine exceeds 1.
+WEIGHT_CAP = float(np.finfo(np.float32).max) / 2
 
 
 def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
@@ -31,16 +35,18 @@ def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
 
 
 def norm_weight(norms: ArrayLike, alpha: float) -> np.ndarray:
-    """``norms ** alpha`` as float32, with ``alpha == 0`` giving exact ones; values beyond the
-    float32 range saturate at its maximum instead of becoming inf."""
+    """``norms ** alpha`` as float32, with ``alpha == 0`` giving exact ones; values beyond
+    :data:`WEIGHT_CAP` (half the float32 maximum) saturate there instead of becoming inf, and
+    tiny ones underflow to 0, so every score ``cos * w`` is finite and above FAISS's empty-slot
+    sentinel -FLT_MAX: saturation makes ties, never an unreturnable document."""
     n = np.asarray(norms, dtype=np.float64)
     if alpha == 0:
         return np.ones(n.shape, dtype=np.float32)
-    # Saturate at the float32 range rather than overflow to inf (inf * 0 would be NaN): only an
-    # absurd alpha for these norms gets there, and it then ranks those documents as ties.
+    # Saturate rather than overflow to inf (inf * 0 would be NaN): only an absurd alpha for
+    # these norms gets there, and it then ranks those documents as ties.
     with np.errstate(over="ignore", under="ignore"):
         w = np.power(n, alpha)
-    return np.minimum(w, _FLOAT32_MAX).astype(np.float32)
+    return np.minimum(w, WEIGHT_CAP).astype(np.float32)
 
 
 def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndarray:
@@ -60,7 +66,9 @@ def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndar
     a = _alpha_column(alpha, c.shape[0] if c.ndim == 2 else None)
     if np.isscalar(a):
         return (c * norm_weight(d, a)).astype(np.float32, copy=False)
-    return (c * np.power(d[None, :], a)).astype(np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        w = np.minimum(np.power(d[None, :], a), WEIGHT_CAP)
+    return (c * w).astype(np.float32)
 
 
 def symmetric_score(cos: ArrayLike, q_norms: ArrayLike, d_norms: ArrayLike, gamma: float) -> np.ndarray:

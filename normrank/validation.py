@@ -17,14 +17,35 @@ from normrank.errors import (
     ZeroNormError,
 )
 
-__all__ = ["as_alpha", "as_ids", "as_k", "as_vectors", "split_norms"]
+__all__ = [
+    "MAX_ABS_ALPHA",
+    "MAX_ID",
+    "MAX_RESULT_ENTRIES",
+    "as_alpha",
+    "as_id_list",
+    "as_ids",
+    "as_k",
+    "as_k_factor",
+    "as_one_id",
+    "as_vectors",
+    "as_weights",
+    "split_norms",
+    "unit_and_norms",
+]
 
 # Below this a vector's direction is numerical noise: x / ||x|| would not be unit length.
 _MIN_NORM = 1e-30
 # |alpha| beyond this is a mistake, not a query: norms of ~250 would already overflow float32.
 MAX_ABS_ALPHA = 16.0
-# Results are (nq, k) arrays; past this many entries a call is a mistake, not a query.
-_MAX_RESULT_ENTRIES = 1 << 28
+# The largest id: FAISS ids are int64, and the next default id (max id + 1) must fit too.
+MAX_ID = (1 << 63) - 2
+# Results are (nq, k) arrays (12 bytes an entry); past this many entries (~200 MB) a call is a
+# mistake, not a query: batch the queries instead.
+MAX_RESULT_ENTRIES = 1 << 24
+# Stored norms and weights live in float32's normal range, so that w**alpha is computed from
+# the value that is saved, and a subnormal weight cannot lose its digits.
+_W_MIN = float(np.finfo(np.float32).tiny)
+_W_MAX = float(np.finfo(np.float32).max)
 
 
 def _rows(idx: np.ndarray, limit: int = 10) -> str:
@@ -73,42 +94,119 @@ def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np
     """
     x64 = x.astype(np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", x64, x64))
-    zero = ~(norms > _MIN_NORM) | ~np.isfinite(norms)
-    if zero.any():
+    ok = (norms > _MIN_NORM) & (norms <= _W_MAX)  # one pass; NaN and inf fail both
+    if not ok.all():
+        big = norms > _W_MAX
+        if big.any():
+            raise InvalidInputError(
+                f"{what} in rows {_rows(np.flatnonzero(big))} have norms beyond the float32 range "
+                f"({_W_MAX:.3g}), which cannot be stored: scale them down"
+            )
         raise ZeroNormError(
-            f"{what} in rows {_rows(np.flatnonzero(zero))} have zero length, so no direction: "
+            f"{what} in rows {_rows(np.flatnonzero(~ok))} have zero length, so no direction: "
             "remove them or fix the encoder"
         )
     unit = (x64 / norms[:, None]).astype(np.float32)
+    # In (1e-30, FLT_MAX]: storable as they are (what as_weights would check, without its cost
+    # on every query).
     return unit, norms.astype(np.float32)
 
 
-def as_ids(ids: ArrayLike, n: int) -> np.ndarray:
-    """``ids`` as a 1-D int64 array of ``n`` distinct non-negative integers."""
-    arr = np.asarray(ids)
+def unit_and_norms(x: ArrayLike, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Raw vectors as ``(unit directions, norms)``: :func:`as_vectors` then :func:`split_norms`."""
+    return split_norms(as_vectors(x, dim))
+
+
+def as_weights(values: ArrayLike, n: int, *, what: str = "weights") -> np.ndarray:
+    """``values`` as float32 ``(n,)`` weights that are stored, saved and loaded unchanged: finite,
+    > 0 and within float32's normal range after the cast (so 1e39 and 1e-50 are refused rather
+    than stored as inf and 0). The same check runs at ``add`` / ``set_weights`` and at load.
+
+    Any power ``w**alpha`` with |alpha| <= 16 is then finite or saturates
+    (:func:`normrank.scoring.norm_weight`), and every document keeps a real score."""
+    try:
+        w = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInputError(f"{what} must be {n} numbers: {e}") from e
+    if w.shape != (n,):
+        raise InvalidInputError(f"{what} must have shape ({n},), got {w.shape}")
+    if not np.isfinite(w).all() or not (w > 0).all():
+        raise InvalidInputError(f"{what} must be finite and > 0 (they are raised to the power alpha)")
+    with np.errstate(over="ignore"):
+        out = w.astype(np.float32)
+    bad = ~((out >= _W_MIN) & (out <= _W_MAX))
+    if bad.any():
+        raise InvalidInputError(
+            f"{what} at positions {_rows(np.flatnonzero(bad))} lie outside float32's range "
+            f"[{_W_MIN:.3g}, {_W_MAX:.3g}] and cannot be stored: rescale them"
+        )
+    return out
+
+
+def as_id_list(ids: ArrayLike, *, what: str = "ids") -> np.ndarray:
+    """``ids`` (one id or a 1-D list) as int64: the one id parser of every method (``add``,
+    ``remove``, ``norm_of``, ``reconstruct``). Integers, or floats that are whole (3.0); 3.7,
+    '3', True, None, NaN, nested lists and values beyond int64 are refused, never truncated."""
+    try:
+        arr = np.asarray(ids)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInputError(f"{what} must be integers: {e}") from e
     if arr.ndim == 0:
         arr = arr[None]
     if arr.ndim != 1:
-        raise InvalidInputError(f"ids must be 1-D, got shape {arr.shape}")
-    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == object):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            pass  # 3.0 is an id; 3.5 is not
-        else:
-            raise InvalidInputError(f"ids must be integers, got dtype {arr.dtype}")
-    try:
-        out = arr.astype(np.int64, casting="unsafe") if arr.size else np.empty(0, np.int64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidInputError(f"ids must be integers: {e}") from e
-    if arr.dtype == object and not all(isinstance(i, numbers.Integral) for i in arr.tolist()):
-        raise InvalidInputError("ids must be integers")
-    if out.shape[0] != n:
-        raise InvalidInputError(f"got {out.shape[0]} ids for {n} vectors")
+        raise InvalidInputError(f"{what} must be one id or a 1-D list, got shape {arr.shape}")
+    if not arr.size:
+        return np.empty(0, np.int64)
+    if arr.dtype == object:
+        items = arr.tolist()
+        if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items):
+            raise InvalidInputError(f"{what} must be integers")
+        if not all(-(1 << 63) <= int(i) < 1 << 63 for i in items):
+            raise InvalidInputError(f"{what} must fit in int64")
+        out = np.array([int(i) for i in items], dtype=np.int64)
+    elif np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == np.uint64 and (arr > np.iinfo(np.int64).max).any():
+            raise InvalidInputError(f"{what} must fit in int64")
+        out = arr.astype(np.int64)
+    elif np.issubdtype(arr.dtype, np.floating):
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(arr).all() and (arr == np.round(arr)).all()
+        if not whole or (np.abs(arr) >= 2.0**63).any():
+            raise InvalidInputError(f"{what} must be integers, got {arr[:5].tolist()}")
+        out = arr.astype(np.int64)  # 3.0 is an id; 3.5 is not
+    else:
+        raise InvalidInputError(f"{what} must be integers, got dtype {arr.dtype}")
     if (out < 0).any():
-        raise InvalidInputError("ids must be >= 0 (-1 marks a missing result, as in FAISS)")
+        raise InvalidInputError(f"{what} must be >= 0 (-1 marks a missing result, as in FAISS)")
+    if (out > MAX_ID).any():
+        raise InvalidInputError(f"{what} must be at most 2**63 - 2 (the next default id must fit in int64)")
+    return out
+
+
+def as_one_id(id_: object) -> int:
+    """One id, parsed as :func:`as_id_list` parses each."""
+    out = as_id_list(id_, what="id")
+    if out.shape != (1,):
+        raise InvalidInputError(f"expected one id, got {out.size}")
+    return int(out[0])
+
+
+def as_ids(ids: ArrayLike, n: int | None = None) -> np.ndarray:
+    """``ids`` as a 1-D int64 array of distinct non-negative integers (``n`` of them if given)."""
+    out = as_id_list(ids)
+    if n is not None and out.shape[0] != n:
+        raise InvalidInputError(f"got {out.shape[0]} ids for {n} vectors")
     uniq, counts = np.unique(out, return_counts=True)
     if (counts > 1).any():
         raise DuplicateIdError(f"duplicate ids in the batch: {uniq[counts > 1][:10].tolist()}")
     return out
+
+
+def as_k_factor(value: object) -> int:
+    """An ANN over-fetch factor: an integer in [1, 2**20]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= 1 << 20:
+        raise InvalidParameterError(f"k_factor must be an integer in [1, {1 << 20}], got {value!r}")
+    return int(value)
 
 
 def as_k(k: object, nq: int) -> int:
@@ -118,8 +216,11 @@ def as_k(k: object, nq: int) -> int:
     k = int(k)
     if k < 1:
         raise InvalidParameterError(f"k must be >= 1, got {k}")
-    if max(nq, 1) * k > _MAX_RESULT_ENTRIES:
-        raise InvalidParameterError(f"k={k} for {nq} queries asks for more than {_MAX_RESULT_ENTRIES} results")
+    if max(nq, 1) * k > MAX_RESULT_ENTRIES:
+        raise InvalidParameterError(
+            f"k={k} for {nq} queries asks for more than {MAX_RESULT_ENTRIES} results (~200 MB): "
+            "search in smaller batches of queries, or with a smaller k"
+        )
     return k
 
 
@@ -128,12 +229,14 @@ def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
     scalar or an array."""
     try:
         a = np.asarray(alpha, dtype=np.float64)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise InvalidParameterError(f"alpha must be a number or one number per query: {e}") from e
     if a.ndim == 0:
         a = np.full(nq, float(a))
     elif a.ndim != 1 or a.shape[0] != nq:
-        raise InvalidParameterError(f"alpha must be a scalar or have one value per query ({nq}), got {a.shape}")
+        raise InvalidParameterError(
+            f"alpha must be a scalar or have one value per query ({nq}), got {a.shape}"
+        )
     if not np.isfinite(a).all():
         raise InvalidParameterError("alpha must be finite")
     if (np.abs(a) > MAX_ABS_ALPHA).any():

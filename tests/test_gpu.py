@@ -85,4 +85,4 @@ def test_cuda_matches_cpu():
     idx = NormIndex(8, device="cuda")
     idx.add(np.eye(8, dtype=np.float32) + 0.1)
     idx.search(np.ones((1, 8), np.float32), 3)
-    assert idx._aux["torch"].vectors.is_cuda  # really on the GPU
+    assert idx._cache.device.vectors.is_cuda  # really on the GPU

@@ -280,7 +280,9 @@ def test_scoring_functions(rng):
     norms = rng.lognormal(size=5)
     np.testing.assert_allclose(normrank.norm_weighted(cos, norms, -0.5), cos * norms**-0.5, rtol=1e-6)
     per_q = np.array([0.0, 1.0, -1.0])
-    np.testing.assert_allclose(normrank.norm_weighted(cos, norms, per_q), cos * norms[None] ** per_q[:, None], rtol=1e-6)
+    np.testing.assert_allclose(
+        normrank.norm_weighted(cos, norms, per_q), cos * norms[None] ** per_q[:, None], rtol=1e-6
+    )
     qn = rng.lognormal(size=3)
     np.testing.assert_allclose(
         normrank.symmetric_score(cos, qn, norms, 0.3), cos * qn[:, None] ** -0.3 * norms**-0.3, rtol=1e-6
@@ -301,7 +303,9 @@ def test_cli_build_and_search(tmp_path, rng):
     np.save(tmp_path / "emb.npy", x)
     np.save(tmp_path / "q.npy", q)
     runner = CliRunner()
-    res = runner.invoke(app, ["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "ix"), "--alpha", "-1"])
+    res = runner.invoke(
+        app, ["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "ix"), "--alpha", "-1"]
+    )
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["index", "search", str(tmp_path / "ix"), str(tmp_path / "q.npy"), "-k", "4"])
     assert res.exit_code == 0, res.output
@@ -310,3 +314,215 @@ def test_cli_build_and_search(tmp_path, rng):
     assert [r["ids"] for r in rows] == np.argsort(-ref, axis=1)[:, :4].tolist()
     res = runner.invoke(app, ["index", "search", str(tmp_path / "nope"), str(tmp_path / "q.npy")])
     assert res.exit_code == 2 and "error" in res.output
+
+
+# -- reliability round two (issue #12) ----------------------------------------------------------
+
+
+def _state(ix: NormIndex):
+    return ix.ids, ix.norms, ix.weights, len(ix)
+
+
+def _unchanged(before, ix: NormIndex) -> bool:
+    return all(np.array_equal(a, b) for a, b in zip(before, _state(ix), strict=True))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda ix: ix.add(np.array([[3e38, 3e38, 0, 0]], np.float32)),  # norm overflows float32
+        lambda ix: ix.add(np.ones((1, 4)), weights=[1e39]),
+        lambda ix: ix.set_weights([1e39] * len(ix)),
+        lambda ix: ix.set_weights([1e-50] * len(ix)),  # would be stored as 0: every score 0
+        lambda ix: ix.set_weights([[1.0], [2.0, 3.0], [1.0]]),
+        lambda ix: ix.set_weights(["a"] * len(ix)),
+    ],
+)
+def test_values_float32_cannot_store_are_refused_and_change_nothing(call):
+    ix = NormIndex(4)
+    ix.add(np.ones((3, 4)))
+    before = _state(ix)
+    with pytest.raises(normrank.InvalidInputError):
+        call(ix)
+    assert _unchanged(before, ix)
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW8", "IVF1,Flat"])
+@pytest.mark.parametrize(("norm", "alpha"), [(1e20, 2.0), (1e-25, -2.0), (3e38, 16.0), (1e-25, -16.0)])
+def test_every_document_is_returnable_whatever_its_score(factory, norm, alpha):
+    """A weight that saturates at cos = -1 once scored exactly -FLT_MAX, FAISS's empty-slot value,
+    and the flat search dropped the document (ids [2, 1, 3, -1])."""
+    x = np.array([[norm, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0.5, 0.5, 0, 0]], np.float64)
+    ix = NormIndex(4, factory=factory)
+    if not ix.is_trained:
+        ix.train(np.eye(4))
+    ix.add(x)
+    scores, ids = ix.search([[-1.0, 0, 0, 0]], 4, alpha=alpha)
+    assert sorted(ids[0].tolist()) == [0, 1, 2, 3]
+    assert np.isfinite(scores).all()
+    assert ids[0, -1] == 0  # the heavy document at cos = -1 ranks last, but it is there
+
+
+def test_huge_k_costs_what_ntotal_does_and_keeps_faiss_shape():
+    ix = NormIndex(4)
+    x = np.random.default_rng(0).normal(size=(10, 4))
+    ix.add(x)
+    scores, ids = ix.search(x[:2], 1 << 23)
+    assert scores.shape == ids.shape == (2, 1 << 23)
+    assert (ids[:, :10] >= 0).all() and (ids[:, 10:] == -1).all() and np.isneginf(scores[:, 10:]).all()
+    with pytest.raises(normrank.InvalidParameterError, match="smaller batches"):
+        ix.search(x[:1], 1 << 28)
+
+
+@pytest.mark.parametrize("bad", [[3.7], [np.nan], ["a"], [[1], [2, 3]], "3", None, [True]])
+def test_one_id_parser_everywhere(bad):
+    """norm_of([3.7]) and reconstruct(3.9) / reconstruct('3') once silently truncated to id 3."""
+    ix = NormIndex(4)
+    ix.add(np.random.default_rng(0).normal(size=(5, 4)))
+    before = _state(ix)
+    calls = [ix.norm_of, ix.reconstruct, ix.remove]
+    if bad is not None:  # add(ids=None) means default ids
+        calls.append(lambda v: ix.add(np.ones((1, 4)), ids=v))
+    for call in calls:
+        with pytest.raises(normrank.InvalidInputError):
+            call(bad[0] if call is ix.reconstruct and isinstance(bad, list) else bad)
+    with pytest.raises(normrank.InvalidInputError):
+        ix.reconstruct(3.9)
+    assert _unchanged(before, ix)
+    assert ix.norm_of([3.0]).tolist() == ix.norm_of([3]).tolist()
+
+
+@pytest.mark.parametrize("bad", ["x", np.nan, [1], 0, 1.5])
+def test_k_factor_typed(bad):
+    ix = NormIndex(4, factory="HNSW8")
+    ix.add(np.eye(4))
+    with pytest.raises(normrank.InvalidParameterError):
+        ix.search(np.eye(4)[:1], 2, k_factor=bad)
+    with pytest.raises(normrank.InvalidParameterError):
+        ix.k_factor = bad
+
+
+def test_a_user_ivf_whose_quantizer_is_l2_is_refused_at_construction():
+    """Load checks the metric at every level; so does the constructor, or a save could not load."""
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatL2(4), 4, 2, faiss.METRIC_INNER_PRODUCT)
+    with pytest.raises(UnsupportedIndexError, match="inner product"):
+        NormIndex(ivf)
+
+
+def test_state_round_trip():
+    ix = NormIndex(4, alpha=0.5, factory="HNSW8")
+    ix.add(np.random.default_rng(0).normal(size=(20, 4)))
+    ix.remove([3])
+    state = ix.to_state()
+    assert state.tombstones.tolist() == [3] and state.next_id == 20
+    copy = NormIndex.from_state(state)
+    q = np.random.default_rng(1).normal(size=(3, 4))
+    for a, b in zip(ix.search(q, 5), copy.search(q, 5), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- FAISS's own knobs and HNSW / IVF migration (issue #13, items 6 and 7) ---------------------
+
+
+def _recall(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
+
+
+def _data(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return clustered(n, d, rng), rng.normal(size=(20, d))
+
+
+def _exact(x, q, alpha, got, k=10) -> None:
+    ref_scores, ref_ids = brute_force(x, q, alpha)
+    assert_same_topk(ref_scores, ref_ids, got[0], got[1], k)
+
+
+def _top_ids(x, q, alpha, k=10) -> np.ndarray:
+    ref_scores, ref_ids = brute_force(x, q, alpha)
+    return np.take_along_axis(
+        np.broadcast_to(ref_ids, ref_scores.shape), np.argsort(-ref_scores, axis=1)[:, :k], 1
+    )
+
+
+@pytest.mark.parametrize("factory", ["HNSW16,Flat", "HNSW16"])
+def test_from_faiss_hnsw_recovers_norms_and_rebuilds_for_cosine(factory):
+    """IndexHNSWFlat keeps the raw vectors in its storage (reconstruct_n returns them): the norms
+    come back, and the graph, built for L2 over raw vectors, is rebuilt over unit vectors."""
+    x, q = _data(800, 16, 11)
+    src = faiss.index_factory(16, factory)  # L2, as users build it
+    src.hnsw.efConstruction = 64
+    src.hnsw.efSearch = 200
+    src.add(x.astype(np.float32))
+    with pytest.warns(UserWarning, match="rebuilding the HNSW graph"):
+        ix = NormIndex.from_faiss(src, alpha=0.5)
+    np.testing.assert_allclose(ix.norms, np.linalg.norm(x, axis=1), rtol=1e-5)
+    inner = faiss.downcast_index(ix.faiss_index.index)
+    assert isinstance(inner, faiss.IndexHNSW) and inner.metric_type == faiss.METRIC_INNER_PRODUCT
+    assert (inner.hnsw.nb_neighbors(1), inner.hnsw.efConstruction, inner.hnsw.efSearch) == (16, 64, 200)
+    assert ix.search_params == {"efSearch": 200}
+    for alpha in (-1.0, 0.0, 1.0):
+        _, ids = ix.search(q, 10, alpha=alpha)
+        assert _recall(ids, _top_ids(x, q, alpha)) > 0.97
+
+
+def test_from_faiss_ivf_reuses_the_users_centroids():
+    x, q = _data(1000, 16, 12)
+    quantizer = faiss.IndexFlatL2(16)
+    src = faiss.IndexIVFFlat(quantizer, 16, 8)
+    src.train(x.astype(np.float32))
+    src.add(x.astype(np.float32))
+    src.nprobe = 8
+    ix = NormIndex.from_faiss(src)
+    ivf = faiss.extract_index_ivf(ix.faiss_index)
+    theirs = src.quantizer.reconstruct_n(0, 8)
+    np.testing.assert_allclose(
+        ivf.quantizer.reconstruct_n(0, 8), theirs / np.linalg.norm(theirs, axis=1, keepdims=True), rtol=1e-5
+    )
+    assert ix.search_params == {"nprobe": 8, "nlist": 8}
+    for alpha in (-1.0, 0.5):  # every list probed: exact
+        _exact(x, q, alpha, ix.search(q, 10, alpha=alpha))
+
+
+def test_ann_knobs_reach_faiss_and_persist(tmp_path):
+    x, q = _data(600, 8, 13)
+    ix = NormIndex(8, factory="IVF16,Flat", nprobe=4)
+    ix.train(x)
+    ix.add(x)
+    assert ix.search_params["nprobe"] == 4
+    full = ix.search(q, 10, alpha=0.5, nprobe=16)  # every list: exact
+    _exact(x, q, 0.5, full)
+    assert ix.search_params["nprobe"] == 4  # a per-call value does not stick
+    same = ix.search(q, 10, alpha=0.5, params=faiss.SearchParametersIVF(nprobe=16))
+    np.testing.assert_array_equal(same[1], full[1])
+    ix.set_search_params(nprobe=16)
+    ix.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert loaded.search_params["nprobe"] == 16
+    np.testing.assert_array_equal(loaded.search(q, 10, alpha=0.5)[1], full[1])
+    for bad in ({"nprobe": 0}, {"nprobe": 17}, {"ef_search": 8}, {"nprobe": "4"}, {"params": object()}):
+        with pytest.raises(normrank.InvalidParameterError):
+            ix.search(q, 10, **bad)
+    h = NormIndex(8, factory="HNSW8", ef_search=24)
+    h.add(x)
+    assert h.search_params == {"efSearch": 24}
+    h.search(q, 5, ef_search=64)
+    assert h.search_params == {"efSearch": 24}
+    with pytest.raises(normrank.InvalidParameterError):
+        NormIndex(8).search(q, 5, nprobe=2)  # flat: no such knob, refused rather than ignored
+
+
+def test_largest_ids_save_load_and_default_ids_stop_typed(tmp_path):
+    """Found by the full fuzz profile: an id of 2**62 was accepted and the save refused; an id of
+    2**63 - 1 was accepted and the next default id overflowed (untyped OverflowError)."""
+    top = (1 << 63) - 2
+    ix = NormIndex(4)
+    ix.add(np.ones((2, 4)), ids=[1 << 62, top])
+    ix.save(tmp_path / "ix")
+    assert NormIndex.load(tmp_path / "ix").ids.tolist() == [1 << 62, top]
+    before = _state(ix)
+    with pytest.raises(normrank.InvalidInputError, match="pass ids="):
+        ix.add(np.ones((1, 4)))
+    with pytest.raises(normrank.InvalidInputError):
+        ix.add(np.ones((1, 4)), ids=[top + 1])
+    assert _unchanged(before, ix)

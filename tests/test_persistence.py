@@ -162,3 +162,28 @@ def test_no_pickle_on_disk(saved):
     for p in _gen(saved).glob("*.npy"):
         arr = np.load(p, allow_pickle=False)
         assert arr.dtype.kind in "if" and arr.ndim == 1
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW8", "IVF2,Flat"])
+def test_what_is_accepted_at_float32_ends_saves_and_loads(tmp_path, factory):
+    """The invariant "what is accepted can be saved and loaded", at the edges: norms near
+    float32's maximum and smallest accepted, weights at both ends of its normal range,
+    tombstones, and searches at alpha = +-16 before and after."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(12, DIM))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x *= np.array([1e-29, 1e-10, 1.0, 1e10, 1e20, 1e37, 3e38, 1.0, 2.0, 3.0, 4.0, 5.0])[:, None]
+    ix = NormIndex(DIM, factory=factory)
+    if not ix.is_trained:
+        ix.train(rng.normal(size=(64, DIM)))
+    ix.add(x)
+    ix.remove([3])
+    ix.set_weights(np.array([np.finfo(np.float32).tiny, np.finfo(np.float32).max] + [1.0] * 9))
+    ix.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    q = rng.normal(size=(4, DIM))
+    _assert_same(ix, loaded, q)
+    for alpha in (-16.0, 16.0):
+        a, b = ix.search(q, 11, alpha=alpha), loaded.search(q, 11, alpha=alpha)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])

@@ -14,17 +14,24 @@ index_app = typer.Typer(help="Build and search a NormIndex from .npy embeddings.
 app.add_typer(index_app, name="index")
 
 
-def _load_npy(path: Path):
+def _load_npy(path: Path, what: str):
+    """A .npy array, or exit 2 with one line saying why not (.npz archives, empty or truncated
+    files, pickled object arrays and missing files included)."""
     import numpy as np
 
     try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise typer.BadParameter(f"cannot read {path} as a .npy array: {e}") from e
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:  # EOFError: an empty file
+        _fail(f"cannot read {what} {path} as a .npy array: {type(e).__name__}: {e}")
+    if not isinstance(arr, np.ndarray):  # an .npz archive
+        _fail(f"{what} {path} is an .npz archive, not a .npy array: save one array with numpy.save")
+    return arr
 
 
-def _fail(err: Exception) -> None:
-    typer.echo(f"error: {err}", err=True)
+def _fail(err: Exception | str) -> None:
+    """Every user error: exit code 2 and one line on stderr."""
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    typer.echo(f"error: {lines[0]}", err=True)
     raise typer.Exit(code=2)
 
 
@@ -35,20 +42,27 @@ def build(
     alpha: float = typer.Option(0.0, "--alpha", help="Default exponent: score = cos * ||d||^alpha."),
     factory: str = typer.Option("Flat", "--factory", help='faiss.index_factory string, e.g. "HNSW32".'),
     ids: Path | None = typer.Option(None, "--ids", help="Optional int64 ids, .npy (n,)."),
+    nprobe: int | None = typer.Option(None, "--nprobe", help="IVF: lists probed per query (saved)."),
+    ef_search: int | None = typer.Option(None, "--ef-search", help="HNSW: search beam width (saved)."),
 ) -> None:
     """Build an index from EMBEDDINGS and save it to OUT."""
     from normrank import NormIndex, NormrankError
 
-    x = _load_npy(embeddings)
+    x = _load_npy(embeddings, "embeddings")
+    if x.ndim != 2:
+        _fail(f"embeddings must be a 2-D array (n, d), got shape {x.shape}")
     try:
-        index = NormIndex(x.shape[1] if x.ndim == 2 else -1, alpha=alpha, factory=factory)
+        index = NormIndex(x.shape[1], alpha=alpha, factory=factory, nprobe=nprobe, ef_search=ef_search)
         if not index.is_trained:
             index.train(x)
-        index.add(x, None if ids is None else _load_npy(ids))
+        index.add(x, None if ids is None else _load_npy(ids, "--ids"))
         index.save(out)
     except NormrankError as e:
         _fail(e)
-    typer.echo(f"saved {len(index)} vectors of dimension {index.dim} to {out}", err=True)
+    shown = "".join(f", {k}={v}" for k, v in index.search_params.items())
+    typer.echo(
+        f"saved {len(index)} vectors of dimension {index.dim} to {out} (factory {factory}{shown})", err=True
+    )
 
 
 @index_app.command("search")
@@ -56,15 +70,21 @@ def search(
     index_dir: Path = typer.Argument(..., help="Directory written by `normrank index build`."),
     queries: Path = typer.Argument(..., help="Query embeddings, .npy (nq, d)."),
     k: int = typer.Option(10, "-k", "--k", help="Results per query."),
-    alpha: float | None = typer.Option(None, "--alpha", help="Exponent for this search (default: the index's)."),
+    alpha: float | None = typer.Option(
+        None, "--alpha", help="Exponent for this search (default: the index's)."
+    ),
+    nprobe: int | None = typer.Option(None, "--nprobe", help="IVF: lists probed (default: the saved value)."),
+    ef_search: int | None = typer.Option(
+        None, "--ef-search", help="HNSW: beam width (default: the saved value)."
+    ),
 ) -> None:
     """Search INDEX_DIR with QUERIES; one JSON line per query: {"query", "ids", "scores"}."""
     from normrank import NormIndex, NormrankError
 
-    q = _load_npy(queries)
+    q = _load_npy(queries, "queries")
     try:
         index = NormIndex.load(index_dir)
-        scores, ids = index.search(q, k, alpha=alpha)
+        scores, ids = index.search(q, k, alpha=alpha, nprobe=nprobe, ef_search=ef_search)
     except NormrankError as e:
         _fail(e)
     out = sys.stdout

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 
-def run_and_kill(args: list[str], env: dict[str, str], marker: Path, delay: float | None, timeout: float) -> bool:
+def run_and_kill(
+    args: list[str], env: dict[str, str], marker: Path, delay: float | None, timeout: float
+) -> bool:
     """Start ``args``; once it prints "saving", SIGKILL it ``delay`` s later (None: let it finish).
 
     Returns True when it was killed before writing ``marker``, i.e. before its save returned.

@@ -1,13 +1,21 @@
-"""Bad input, fuzzed: hypothesis drives ``add``, ``search``, ``remove``, ``save``/``load`` and the
-CLI with hostile values. Zero crashes; every exception is a NormrankError (the input errors are
-also ValueError / KeyError / TypeError); a rejected call leaves the index exactly as it was.
+"""Bad input, fuzzed: hypothesis drives ``add``, ``search``, ``remove``, ``set_weights``,
+``norm_of``, ``reconstruct``, ``save``/``load`` and the CLI with hostile values. Zero crashes;
+every exception is a NormrankError (the input errors are also ValueError / KeyError /
+TypeError); a rejected call leaves the index exactly as it was.
 
-Profiles (env NORMRANK_TEST_PROFILE): ``small`` (default, CI) runs a few hundred cases;
-``full`` runs >= 10,000 in total. The counts are printed at the end of the module (``-s``).
+Classes grown for issue #12: values at and beyond float32's range (and their powers at alphas
+across [-16, 16]) in every numeric entry point, after which every document must be returnable
+and the index must save and load unchanged ("what is accepted can be saved and loaded"); a
+filesystem failure at a random step of ``save`` followed by a save that must succeed; valid
+saves mutated and re-signed, which must be refused or load into an index that works.
+
+Profiles (env NORMRANK_TEST_PROFILE): ``small`` (default, CI) runs ~1,400 calls; ``full`` runs
+>= 20,000. The counts are printed at the end of the module (``-s``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections import Counter
@@ -24,7 +32,7 @@ DIM = 4
 COUNTS: Counter[str] = Counter()
 OUTCOMES: Counter[str] = Counter()
 SETTINGS = settings(
-    max_examples=2500 if FULL else 50,
+    max_examples=900 if FULL else 50,
     deadline=None,
     derandomize=not FULL,  # CI is reproducible; the full profile explores
     suppress_health_check=list(HealthCheck),
@@ -33,7 +41,12 @@ SETTINGS = settings(
 
 # -- hostile values -------------------------------------------------------------------------
 
-SPECIAL = [0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-30, 1e38, 3.5e38, 1e300, -1e300, 1e-320]
+# float32's edges: its max and just beyond, its smallest normal and subnormals, and values whose
+# squares (norms) or powers (w**alpha, |alpha| <= 16) leave its range.
+F32_EDGES = [3.4028235e38, -3.4028235e38, 3.41e38, 1e39, 2e38, 1.1754944e-38, 1e-40, 1e-20, 1e20, 1e10]
+F32_STORABLE = [3.4028235e38, 2e38, 1.1754944e-38, 1e-20, 1e20, 1e10]  # each a valid weight
+SPECIAL = [0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-30, 1e38, 3.5e38, 1e300, -1e300, 1e-320,
+           *F32_EDGES]  # fmt: skip
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool", "complex64", "object", "str"]
 
 
@@ -81,13 +94,27 @@ ids_st = st.one_of(
 alpha_st = st.one_of(
     st.none(),
     st.floats(-3, 3),
+    st.floats(-16, 16),
+    st.sampled_from([-16.0, 16.0, -15.999, 16.001, -16.001]),
     st.sampled_from([np.nan, np.inf, -np.inf, 1e308, -1e308, "x", [1.0], [1.0, 2.0, 3.0], [[1.0]]]),
     st.lists(st.one_of(st.floats(-2, 2), st.just(np.nan)), max_size=7),
 )
 k_st = st.one_of(
     st.integers(1, 12),
     st.integers(-2, 12),
-    st.sampled_from([2**31, 2**40, 2**63 - 1, 10**30, 1.5, "3", None, True, np.int64(3)]),
+    st.sampled_from(
+        [2**31, 2**40, 2**63 - 1, 10**30, 1.5, "3", None, True, np.int64(3), 1 << 24, (1 << 24) + 1]
+    ),
+)
+k_factor_st = st.one_of(
+    st.none(), st.integers(-1, 30), st.sampled_from(["x", np.nan, [1], 1.5, 2**21, 2**63, True, np.int32(4)])
+)
+_good_weight = st.floats(1e-3, 1e3)
+weights_st = st.lists(
+    st.one_of(st.sampled_from(SPECIAL), _good_weight, _good_weight, _good_weight), max_size=12
+)
+id_query_st = st.one_of(
+    ids_st, st.sampled_from([3.7, 3.0, "3", None, [[1], [2, 3]], [np.nan], np.float32(6), 2**70, [1e30]])
 )
 
 
@@ -110,11 +137,8 @@ def _fresh(factory: str) -> NormIndex:
         index.add(rng.normal(size=(10, DIM)) * rng.lognormal(size=(10, 1)), ids=np.arange(10) * 3)
         _TEMPLATES[factory] = index
     t = _TEMPLATES[factory]
-    out = NormIndex.__new__(NormIndex)
-    out._init_state(faiss.deserialize_index(faiss.serialize_index(t.faiss_index)), t.factory)
-    out.alpha, out.k_factor = t.alpha, t.k_factor
-    out._set_contents(t.ids, t.norms)
-    return out
+    copy = faiss.deserialize_index(faiss.serialize_index(t.faiss_index))
+    return NormIndex.from_state(dataclasses.replace(t.to_state(), faiss_index=copy))
 
 
 _QUERIES = np.random.default_rng(1).normal(size=(3, DIM))
@@ -160,10 +184,10 @@ def test_fuzz_add(factory, x, ids):
 
 
 @SETTINGS
-@given(factory=FACTORIES, q=arrays(rows=st.integers(0, 4)), k=k_st, alpha=alpha_st)
-def test_fuzz_search(factory, q, k, alpha):
+@given(factory=FACTORIES, q=arrays(rows=st.integers(0, 4)), k=k_st, alpha=alpha_st, k_factor=k_factor_st)
+def test_fuzz_search(factory, q, k, alpha, k_factor):
     index = _fresh(factory)
-    out = _call("search", index, lambda: index.search(q, k, alpha=alpha))
+    out = _call("search", index, lambda: index.search(q, k, alpha=alpha, k_factor=k_factor))
     if not isinstance(out, NormrankError):
         scores, ids = out
         assert scores.dtype == np.float32 and ids.dtype == np.int64 and scores.shape == ids.shape
@@ -191,9 +215,7 @@ def test_fuzz_remove(factory, ids):
         st.one_of(
             st.tuples(st.just("add"), arrays(rows=st.integers(0, 3)), ids_st),
             st.tuples(st.just("remove"), ids_st.filter(lambda v: v is not None)),
-            st.tuples(
-                st.just("weights"), st.lists(st.sampled_from([0.5, 2.0, 0.0, -1.0, np.nan]), max_size=12)
-            ),
+            st.tuples(st.just("weights"), weights_st),
             st.tuples(st.just("alpha"), alpha_st),
         ),
         max_size=5,
@@ -206,7 +228,7 @@ def test_fuzz_sequences_then_save_load(factory, ops, tmp_path_factory):
         if op[0] == "add":
             w = (
                 None
-                if index._weights is None
+                if index.to_state().weights is None
                 else np.ones(len(np.atleast_1d(op[1])))
                 if np.ndim(op[1])
                 else None
@@ -222,11 +244,246 @@ def test_fuzz_sequences_then_save_load(factory, ops, tmp_path_factory):
                 index.alpha = value
 
             _call("alpha", index, set_alpha)
-    d = tmp_path_factory.mktemp("fz") / "ix"
-    _call("save", index, lambda: index.save(d))
+    _round_trip(index, tmp_path_factory.mktemp("fz") / "ix")
+
+
+def _round_trip(index: NormIndex, d) -> NormIndex:
+    """What is accepted can be saved and loaded: the save succeeds and the load reproduces it."""
+    COUNTS["save"] += 1
+    index.save(d)  # no _call: a refused save of an accepted state is a failure
     COUNTS["load"] += 1
     loaded = NormIndex.load(d)
+    OUTCOMES["save+load:ok"] += 1
     assert _same(_snapshot(index), _snapshot(loaded))
+    return loaded
+
+
+def _every_document_returnable(index: NormIndex, alphas) -> None:
+    """A flat search with k = ntotal returns every document at every alpha, with real scores."""
+    if not len(index):
+        return
+    q = np.random.default_rng(len(index)).normal(size=(2, DIM))
+    q[0] = -index.reconstruct(int(index.ids[0]))  # cos = -1 with a document: the sentinel case
+    for a in alphas:
+        COUNTS["search-all"] += 1
+        scores, ids = index.search(q, len(index), alpha=a)
+        assert not np.isnan(scores).any()
+        if index.is_exact:
+            assert np.isfinite(scores).all(), (a, scores)
+            for row in ids:
+                assert sorted(row.tolist()) == sorted(index.ids.tolist()), (a, row)
+
+
+MAGNITUDES = st.sampled_from([1e-29, 1e-20, 1e-5, 1.0, 1e5, 1e20, 1e37, 1e38, 2e38, 3.4e38, 3.5e38, 1e39])
+
+
+@SETTINGS
+@given(
+    factory=FACTORIES,
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.lists(MAGNITUDES, min_size=1, max_size=3), st.booleans()),
+            st.tuples(
+                st.just("weights"),
+                st.one_of(
+                    weights_st, st.lists(st.one_of(_good_weight, st.sampled_from(F32_STORABLE)), min_size=1)
+                ),
+                st.sampled_from([True, True, False]),
+            ),
+            st.tuples(st.just("remove"), id_query_st),
+            st.tuples(st.just("norm_of"), id_query_st),
+            st.tuples(st.just("reconstruct"), id_query_st),
+        ),
+        max_size=5,
+    ),
+    alphas=st.lists(st.floats(-16, 16), min_size=1, max_size=2),
+)
+def test_fuzz_float32_edges_every_alpha_then_save_load(factory, ops, alphas, tmp_path_factory):
+    """Magnitudes at and beyond float32's range in vectors and weights, and their powers at
+    alphas across [-16, 16]: either refused (typed, nothing changed) or stored, searchable with
+    every document returnable, and saved and loaded unchanged."""
+    index = _fresh(factory)
+    rng = np.random.default_rng(len(ops))
+    for op in ops:
+        if op[0] == "add":
+            mags = np.array(op[1])
+            x = rng.normal(size=(mags.size, DIM))
+            x = x / np.linalg.norm(x, axis=1, keepdims=True) * mags[:, None]
+            w = mags if op[2] or index.to_state().weights is not None else None
+            _call("add", index, lambda x=x, w=w: index.add(x, weights=w))
+        elif op[0] == "weights":  # half the time one value per document, so that it can be accepted
+            w = np.resize(np.array(op[1], dtype=object), len(index)).tolist() if op[2] and op[1] else op[1]
+            _call("set_weights", index, lambda w=w: index.set_weights(w))
+        else:
+            _call(op[0], index, lambda op=op: getattr(index, op[0])(op[1]))
+    _every_document_returnable(index, [-16.0, -2.0, 0.0, 2.0, 16.0, *alphas])
+    loaded = _round_trip(index, tmp_path_factory.mktemp("edge") / "ix")
+    _every_document_returnable(loaded, alphas)
+
+
+# -- saves that fail at some step, then a save that must succeed --------------------------------
+
+_FS_ERRORS = [28, 30, 13, 5, 122]  # ENOSPC, EROFS, EACCES, EIO, EDQUOT
+
+
+@SETTINGS
+@given(
+    factory=FACTORIES,
+    extra=st.integers(0, 5),
+    step=st.integers(1, 40),
+    code=st.sampled_from(_FS_ERRORS),
+    weights=st.booleans(),
+)
+def test_fuzz_failing_disk_then_save(factory, extra, step, code, weights, tmp_path_factory):
+    from test_save_failures import _FailingOS
+
+    import normrank.persistence as persistence
+    from normrank import SaveError
+
+    index = _fresh(factory)
+    d = tmp_path_factory.mktemp("disk") / "ix"
+    index.save(d)
+    before = _snapshot(index)
+    if extra:
+        index.add(np.random.default_rng(extra).normal(size=(extra, DIM)) + 0.1)
+    if weights:
+        index.set_weights(np.linspace(0.5, 2.0, len(index)))
+    COUNTS["save-failing"] += 1
+    real_os = persistence.os
+    persistence.os = _FailingOS(step, code)
+    try:
+        index.save(d)
+        committed = True
+    except SaveError:
+        committed = False
+    finally:
+        persistence.os = real_os
+    OUTCOMES[f"save-failing:{'ok' if committed else 'SaveError'}"] += 1
+    names = {p.name for p in d.iterdir()}
+    assert not [n for n in names if n.endswith(".tmp")], names
+    COUNTS["load"] += 1
+    loaded = NormIndex.load(d)
+    assert _same(_snapshot(index) if committed else before, _snapshot(loaded))
+    _round_trip(index, d)  # the disk is fine again: the next save must succeed
+
+
+# -- valid saves mutated and re-signed: refused, or loaded into something that works --------------
+
+
+def _resign(d) -> None:
+    import hashlib
+    import json
+
+    m = json.loads((d / "manifest.json").read_text())
+    gen = d / m["generation"]
+    m["files"] = {
+        p.name: {"bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in gen.iterdir()
+    }
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+_MANIFEST_VALUES = [None, -1, 0, 1, 2**62, 2**70, 1e308, -17, 16, 0.5, "x", [], {}, True, float("nan")]
+_MANIFEST_KEYS = [
+    "alpha",
+    "k_factor",
+    "count",
+    "dim",
+    "tombstones",
+    "next_id",
+    "factory",
+    "ann",
+    "faiss_type",
+]
+
+
+def _mutate(d, draw_kind: str, key: str, value, pos: int, rng) -> None:
+    import io
+    import json
+
+    import faiss
+
+    m = json.loads((d / "manifest.json").read_text())
+    gen = d / m["generation"]
+
+    def npy(arr) -> bytes:
+        bio = io.BytesIO()
+        np.save(bio, arr, allow_pickle=False)
+        return bio.getvalue()
+
+    ids = np.load(gen / "ids.npy")
+    norms = np.load(gen / "norms.npy")
+    if draw_kind == "manifest":
+        m[key] = value if key != "ann" else {"method": value}
+        (d / "manifest.json").write_text(json.dumps(m))
+    elif draw_kind == "norm value":
+        norms[pos % norms.size] = np.float32(value) if isinstance(value, float) else np.float32(1e-45)
+        (gen / "norms.npy").write_bytes(npy(norms))
+    elif draw_kind == "drop id":  # one id gone from ids/norms, the count kept consistent
+        keep = np.arange(ids.size) != pos % ids.size
+        (gen / "ids.npy").write_bytes(npy(ids[keep]))
+        (gen / "norms.npy").write_bytes(npy(norms[keep]))
+        m["count"] = int(keep.sum())
+        if rng.random() < 0.5:  # ... and claimed as a tombstone
+            (gen / "tombstones.npy").write_bytes(npy(ids[~keep]))
+            m["tombstones"] = 1
+        (d / "manifest.json").write_text(json.dumps(m))
+    elif draw_kind == "permute ids":
+        (gen / "ids.npy").write_bytes(npy(rng.permutation(ids)))
+    elif draw_kind == "shift ids":
+        (gen / "ids.npy").write_bytes(
+            npy(ids + int(value) if isinstance(value, int) and abs(value) < 2**40 else ids * 2)
+        )
+    elif draw_kind == "weights":
+        w = np.full(ids.size, value if isinstance(value, float) else 1.0, np.float32)
+        (gen / "weights.npy").write_bytes(npy(w))
+    elif draw_kind == "other faiss":  # a valid FAISS file of another kind, metric or size
+        metric = faiss.METRIC_L2 if rng.random() < 0.5 else faiss.METRIC_INNER_PRODUCT
+        kind = ["Flat", "HNSW8", "IVF1,Flat"][pos % 3]
+        other = faiss.index_factory(DIM, kind, metric)
+        x = rng.normal(size=(ids.size, DIM)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        if not other.is_trained:
+            other.train(x)
+        wrapped = other if kind.startswith("IVF") else faiss.IndexIDMap2(other)
+        wrapped.add_with_ids(x, ids)
+        if rng.random() < 0.5:
+            wrapped.metric_type = faiss.METRIC_INNER_PRODUCT  # the header lies about the inside
+        (gen / "index.faiss").write_bytes(faiss.serialize_index(wrapped).tobytes())
+    _resign(d)
+
+
+@SETTINGS
+@given(
+    factory=FACTORIES,
+    kind=st.sampled_from(
+        ["manifest", "norm value", "drop id", "permute ids", "shift ids", "weights", "other faiss"]
+    ),
+    key=st.sampled_from(_MANIFEST_KEYS),
+    value=st.sampled_from(_MANIFEST_VALUES + F32_EDGES),
+    pos=st.integers(0, 100),
+    seed=st.integers(0, 2**16),
+)
+def test_fuzz_resigned_mutations(factory, kind, key, value, pos, seed, tmp_path_factory):
+    """A valid save, mutated and re-signed: the load refuses it (CorruptIndexError) or what it
+    loads searches, saves and loads again without an untyped error."""
+    from normrank import CorruptIndexError
+
+    d = tmp_path_factory.mktemp("mut") / "ix"
+    _fresh(factory).save(d)
+    _mutate(d, kind, key, value, pos, np.random.default_rng(seed))
+    COUNTS["load-mutated"] += 1
+    try:
+        loaded = NormIndex.load(d)
+    except CorruptIndexError:
+        OUTCOMES[f"load-mutated:CorruptIndexError:{kind}"] += 1
+        return
+    OUTCOMES[f"load-mutated:ok:{kind}"] += 1
+    for a in (-2.0, 0.0, 1.0):
+        out = _call("search-mutated", loaded, lambda a=a: loaded.search(_QUERIES, 12, alpha=a))
+        assert not isinstance(out, NormrankError), out  # a loaded index must be searchable
+        assert np.isin(out[1][out[1] >= 0], loaded.ids).all()
+    _round_trip(loaded, tmp_path_factory.mktemp("mut2") / "ix")
 
 
 # -- CLI --------------------------------------------------------------------------------------
@@ -284,5 +541,6 @@ def _cli_ok(res) -> None:
 def test_zz_report():
     """Prints the case counts (runs last in this module)."""
     total = sum(COUNTS.values())
+    assert OUTCOMES["save+load:ok"] == COUNTS["save"]  # every save of an accepted state loaded
     print(f"\n[fuzz] profile={'full' if FULL else 'small'} total_calls={total} {dict(COUNTS)}")
     print(f"[fuzz] outcomes {dict(sorted(OUTCOMES.items()))}")

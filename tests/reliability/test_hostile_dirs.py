@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import normrank
 from normrank import CorruptIndexError, NormIndex
 
 DIM = 8
@@ -376,3 +377,161 @@ def test_huge_claims_do_not_allocate(template, tmp_path):
         assert out[d].startswith("refused"), (d, out[d])
         # The claims are >= 4 TB; the whole template directory is a few kB.
         assert out[d + ":rss_kib"] < 64 * 1024, (d, out[d + ":rss_kib"])
+
+
+# -- consistent but impossible: re-signed directories whose claims no index can hold (issue #12) --
+
+
+def _faiss_bytes(index) -> bytes:
+    import faiss
+
+    return faiss.serialize_index(index).tobytes()
+
+
+def _save_state_files(d: Path, *, faiss_index=None, edits: dict | None = None, **arrays: np.ndarray) -> None:
+    """Replace the generation's files (and manifest fields), then re-sign, as an attacker would."""
+    m = _manifest(d)
+    gen = _gen(d)
+    if faiss_index is not None:
+        (gen / "index.faiss").write_bytes(_faiss_bytes(faiss_index))
+        m["files"].setdefault("index.faiss", {})
+    for name, arr in arrays.items():
+        (gen / f"{name}.npy").write_bytes(_npy(arr))
+        m["files"].setdefault(f"{name}.npy", {})
+    m.update(edits or {})
+    _write_manifest(d, m)
+    _resign(d)
+
+
+def test_tombstones_in_a_flat_save_are_refused(tmp_path):
+    """Reproducer (a): a Flat save with tombstones.npy added, one id dropped from ids/norms, the
+    count adjusted and re-signed once loaded, then searched the removed vector under a
+    neighbour's id (and raised ValueError / IndexError)."""
+    ix = NormIndex(DIM)
+    ix.add(np.random.default_rng(3).normal(size=(10, DIM)))
+    d = tmp_path / "ix"
+    ix.save(d)
+    ids, norms = ix.ids, ix.norms
+    _save_state_files(
+        d, ids=ids[1:], norms=norms[1:], tombstones=ids[:1], edits={"count": 9, "tombstones": 1}
+    )
+    with pytest.raises(CorruptIndexError, match="cannot hold tombstones"):
+        NormIndex.load(d)
+
+
+def _hnsw_with_metric_lie(metric_outer, metric_inner):
+    import faiss
+
+    x = np.random.default_rng(4).normal(size=(40, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    hnsw = faiss.IndexHNSWFlat(DIM, 8, metric_inner)
+    wrapped = faiss.IndexIDMap2(hnsw)
+    wrapped.add_with_ids(x, np.arange(40))
+    wrapped.metric_type = metric_outer  # the header claims what the graph inside is not
+    return wrapped, x
+
+
+@pytest.mark.parametrize("level", ["inner HNSW uses L2", "storage uses L2"])
+def test_metric_is_checked_at_every_level(tmp_path, level):
+    """Reproducer (b): an IndexIDMap2 that says inner product, wrapping an HNSW that uses L2,
+    once loaded and returned L2 distances as scores."""
+    import faiss
+
+    ix = NormIndex(DIM, factory="HNSW8")
+    ix.add(np.random.default_rng(4).normal(size=(40, DIM)))
+    d = tmp_path / "ix"
+    ix.save(d)
+    if level == "inner HNSW uses L2":
+        bad, _ = _hnsw_with_metric_lie(faiss.METRIC_INNER_PRODUCT, faiss.METRIC_L2)
+    else:
+        bad, _ = _hnsw_with_metric_lie(faiss.METRIC_INNER_PRODUCT, faiss.METRIC_INNER_PRODUCT)
+        faiss.downcast_index(bad.index).storage.metric_type = faiss.METRIC_L2
+    _save_state_files(d, faiss_index=bad, ids=np.arange(40, dtype=np.int64), norms=ix.norms)
+    with pytest.raises(CorruptIndexError, match="inner product"):
+        NormIndex.load(d)
+
+
+def test_ivf_with_an_l2_quantizer_is_refused(tmp_path):
+    import faiss
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(200, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ix = NormIndex(DIM, factory="IVF4,Flat")
+    ix.train(x)
+    ix.add(x)
+    d = tmp_path / "ix"
+    ix.save(d)
+    bad = faiss.IndexIVFFlat(faiss.IndexFlatL2(DIM), DIM, 4, faiss.METRIC_INNER_PRODUCT)
+    bad.train(x)
+    bad.add_with_ids(x, ix.ids)
+    _save_state_files(d, faiss_index=bad, ids=ix.ids, norms=ix.norms)
+    with pytest.raises(CorruptIndexError, match="inner product"):
+        NormIndex.load(d)
+
+
+RESIGNED: dict[str, tuple[dict, dict, str]] = {
+    # name: (manifest edits, arrays to write, words in the error)
+    "alpha 1e308": ({"alpha": 1e308}, {}, "alpha"),
+    "alpha -17": ({"alpha": -17}, {}, "alpha"),
+    "k_factor a string": ({"k_factor": "x"}, {}, "k_factor"),
+    "k_factor zero": ({"k_factor": 0}, {}, "k_factor"),
+    "next_id negative": ({"next_id": -5}, {}, "next_id"),
+    "next_id huge": ({"next_id": 2**70}, {}, "next_id"),
+    "ann method unknown": ({"ann": {"method": "magic"}}, {}, "ann"),
+    "ann n_tail negative": ({"ann": {"method": "adaptive", "n_tail": -1}}, {}, "n_tail"),
+    "factory not a string": ({"factory": 5}, {}, "factory"),
+    "norms inf": ({}, {"norms": np.full(60, np.inf, np.float32)}, "non-finite"),
+    "norms subnormal": ({}, {"norms": np.full(60, 1e-45, np.float32)}, "float32"),
+    "weights zero": ({}, {"weights": np.zeros(60, np.float32)}, "weights"),
+    "weights subnormal": ({}, {"weights": np.full(60, 1e-40, np.float32)}, "float32"),
+    "ids permuted": ({}, {"ids": np.arange(60, dtype=np.int64)[::-1].copy()}, "does not match"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIGNED))
+def test_resigned_impossible_claims_are_refused(case, victim):
+    edits, arrays, words = RESIGNED[case]
+    _save_state_files(victim, edits=edits, **arrays)
+    with pytest.raises(CorruptIndexError) as info:
+        NormIndex.load(victim)
+    assert words.lower() in str(info.value).lower(), str(info.value)
+
+
+def test_a_symlinked_folder_saves_and_loads_alike(tmp_path):
+    """One behaviour for both: the folder you name may be a symlink (``current -> v3``)."""
+    (tmp_path / "v3").mkdir()
+    os.symlink(tmp_path / "v3", tmp_path / "current")
+    ix = NormIndex(DIM)
+    ix.add(np.ones((3, DIM)))
+    ix.save(tmp_path / "current")
+    assert (tmp_path / "v3" / "manifest.json").is_file()
+    assert len(NormIndex.load(tmp_path / "current")) == 3
+    os.symlink(tmp_path / "missing", tmp_path / "dangling")
+    with pytest.raises(normrank.InvalidInputError, match="missing target"):
+        ix.save(tmp_path / "dangling")
+
+
+@pytest.mark.parametrize("knob", ["efSearch", "nprobe"])
+def test_hostile_search_breadth_is_refused(tmp_path, knob):
+    """FAISS allocates the beam / probe list per query: a re-signed file claiming efSearch = 10**6
+    or nprobe > nlist would make every search allocate it."""
+    import faiss
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(200, DIM)).astype(np.float32)
+    factory = "HNSW8" if knob == "efSearch" else "IVF4,Flat"
+    ix = NormIndex(DIM, factory=factory)
+    if not ix.is_trained:
+        ix.train(x)
+    ix.add(x)
+    d = tmp_path / "ix"
+    ix.save(d)
+    bad = faiss.deserialize_index(faiss.serialize_index(ix.faiss_index))
+    if knob == "efSearch":
+        faiss.downcast_index(bad.index).hnsw.efSearch = 10**6
+    else:
+        faiss.extract_index_ivf(bad).nprobe = 5
+    _save_state_files(d, faiss_index=bad)
+    with pytest.raises(CorruptIndexError, match="breadth"):
+        NormIndex.load(d)

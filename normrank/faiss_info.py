@@ -1,0 +1,203 @@
+"""What a FAISS index is and holds, asked in one place: the index, persistence and the ANN search
+all read FAISS's structure through these functions (id maps, IVF lists, HNSW storage, search
+breadth), so a new FAISS type is taught to normrank once.
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+from normrank.errors import InvalidParameterError, UnsupportedIndexError
+
+__all__ = [
+    "MAX_EF_SEARCH",
+    "ann_params",
+    "breadth_knobs",
+    "can_remove",
+    "flat_storage",
+    "inner_index",
+    "is_gpu",
+    "is_idmap",
+    "ivf_of",
+    "levels",
+    "raw_vectors",
+    "set_breadth",
+    "stored_ids",
+    "with_ids",
+]
+
+# An HNSW beam wider than this is a mistake (or a hostile file): FAISS allocates it per query.
+MAX_EF_SEARCH = 1 << 16
+
+
+def is_idmap(index: faiss.Index) -> bool:
+    return isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap)
+
+
+def is_gpu(index: faiss.Index) -> bool:
+    return "Gpu" in type(index).__name__
+
+
+def ivf_of(index: faiss.Index) -> faiss.IndexIVF | None:
+    """The IVF index inside ``index`` (possibly wrapped), or None."""
+    try:
+        return faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def inner_index(index: faiss.Index) -> faiss.Index:
+    """The index beneath an id map, downcast (each downcast costs microseconds: do it once)."""
+    return faiss.downcast_index(index.index) if is_idmap(index) else index
+
+
+def with_ids(index: faiss.Index) -> faiss.Index:
+    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2."""
+    if is_idmap(index):
+        return index
+    ivf = ivf_of(index)
+    if ivf is not None:
+        # reconstruct(id) on arbitrary ids needs a hash-table direct map.
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+        return index
+    return faiss.IndexIDMap2(index)
+
+
+def levels(index: faiss.Index) -> list[faiss.Index]:
+    """Every index inside ``index``, downcast, outermost first: id maps, pre-transforms, refine
+    stages, an IVF's quantizer, an HNSW's storage."""
+    out: list[faiss.Index] = []
+    todo = [index]
+    while todo and len(out) < 64:  # a hostile file cannot make this loop forever
+        ix = faiss.downcast_index(todo.pop(0))
+        out.append(ix)
+        for attr in ("index", "base_index", "refine_index", "quantizer", "storage"):
+            child = getattr(ix, attr, None)
+            if isinstance(child, faiss.Index):
+                todo.append(child)
+    return out
+
+
+def can_remove(index: faiss.Index) -> bool:
+    """Whether FAISS deletes from ``index`` (HNSW cannot); asked by removing nothing."""
+    try:
+        index.remove_ids(faiss.IDSelectorBatch(np.empty(0, dtype=np.int64)))
+    except RuntimeError:
+        return False
+    return True
+
+
+def flat_storage(flat: faiss.IndexFlat) -> np.ndarray:
+    """A read-only view of a flat index's ``(ntotal, d)`` float32 rows (no copy)."""
+    n = flat.ntotal
+    return faiss.rev_swig_ptr(flat.get_xb(), n * flat.d).reshape(n, flat.d)
+
+
+def _ivf_list_ids(ivf: faiss.IndexIVF) -> np.ndarray:
+    lists = ivf.invlists
+    parts = [
+        faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
+        for i in range(ivf.nlist)
+        if lists.list_size(i)
+    ]
+    return (np.concatenate(parts) if parts else np.empty(0, np.int64)).astype(np.int64)
+
+
+def stored_ids(index: faiss.Index) -> np.ndarray | None:
+    """The ids inside a filled index in storage order (id map or IVF lists), or None where the
+    index keeps no ids (they are then ``0 .. ntotal - 1``)."""
+    if is_idmap(index):
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    ivf = ivf_of(index)
+    return None if ivf is None else _ivf_list_ids(ivf)
+
+
+def raw_vectors(index: faiss.Index) -> np.ndarray:
+    """The stored float32 vectors, in the order of :func:`stored_ids`, where FAISS keeps them raw
+    (flat storage, IVF-Flat lists, an HNSW's flat storage); raises UnsupportedIndexError else."""
+    inner = inner_index(index)
+    if is_gpu(inner):
+        raise UnsupportedIndexError(
+            "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
+        )
+    if isinstance(inner, faiss.IndexHNSW):  # IndexHNSWFlat keeps the raw vectors in its storage
+        storage = faiss.downcast_index(inner.storage)
+        if isinstance(storage, faiss.IndexFlat):
+            return flat_storage(storage).copy()
+    if isinstance(inner, faiss.IndexFlat):
+        return flat_storage(inner).copy()
+    ivf = ivf_of(inner)
+    if ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFlat):
+        lists = ivf.invlists
+        parts = []
+        for i in range(ivf.nlist):
+            size = lists.list_size(i)
+            if size:
+                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
+                parts.append(codes.view(np.float32).reshape(size, ivf.d).copy())
+        return np.concatenate(parts) if parts else np.empty((0, ivf.d), np.float32)
+    raise UnsupportedIndexError(
+        f"{type(inner).__name__} does not keep raw vectors (compressed codes), so the norms "
+        "cannot be recovered: pass norms=... to NormIndex.from_faiss"
+    )
+
+
+def ann_params(index: faiss.Index) -> dict[str, int]:
+    """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index."""
+    inner = inner_index(index)
+    out: dict[str, int] = {}
+    if isinstance(inner, faiss.IndexHNSW):
+        out["efSearch"] = int(inner.hnsw.efSearch)
+        return out  # (asking FAISS for an IVF inside raises, which costs ~10 us a query)
+    ivf = ivf_of(inner)
+    if ivf is not None:
+        out["nprobe"] = int(ivf.nprobe)
+        out["nlist"] = int(ivf.nlist)
+    return out
+
+
+def breadth_knobs(
+    inner: faiss.Index, nprobe: object = None, ef_search: object = None, params: object = None
+) -> dict[str, int]:
+    """FAISS's own search-breadth knobs for ``inner`` (the index beneath an id map), checked:
+    ``nprobe`` (IVF, 1..nlist), ``ef_search`` (HNSW, 1..MAX_EF_SEARCH), or the same given as
+    ``faiss.SearchParametersIVF`` / ``faiss.SearchParametersHNSW``. Returns ``{"nprobe": n}`` or
+    ``{"efSearch": n}`` (empty when none is given); a knob the index does not have is refused."""
+    if params is not None:
+        if isinstance(params, faiss.SearchParametersIVF) and nprobe is None:
+            nprobe = int(params.nprobe)
+        elif isinstance(params, faiss.SearchParametersHNSW) and ef_search is None:
+            ef_search = int(params.efSearch)
+        else:
+            raise InvalidParameterError(
+                "params must be a faiss.SearchParametersIVF (nprobe) or faiss.SearchParametersHNSW "
+                f"(efSearch), not given together with the same keyword; got {type(params).__name__}"
+            )
+        if getattr(params, "sel", None) is not None:
+            raise InvalidParameterError("params.sel (an IDSelector) is not supported: filter the results")
+    out: dict[str, int] = {}
+    for name, value, key in (("nprobe", nprobe, "nprobe"), ("ef_search", ef_search, "efSearch")):
+        if value is None:
+            continue
+        have = ann_params(inner)
+        if key not in have:
+            kind = "IVF" if key == "nprobe" else "HNSW"
+            raise InvalidParameterError(
+                f"{name} applies to {kind} indexes; this one is {type(inner).__name__}"
+            )
+        top = have.get("nlist", MAX_EF_SEARCH)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= top:
+            raise InvalidParameterError(f"{name} must be an integer in [1, {top}], got {value!r}")
+        out[key] = int(value)
+    return out
+
+
+def set_breadth(inner: faiss.Index, knobs: dict[str, int]) -> dict[str, int]:
+    """Set ``knobs`` (from :func:`breadth_knobs`) on ``inner``; returns the previous values."""
+    old = {key: ann_params(inner)[key] for key in knobs}
+    if "efSearch" in knobs:
+        inner.hnsw.efSearch = knobs["efSearch"]
+    if "nprobe" in knobs:
+        ivf_of(inner).nprobe = knobs["nprobe"]
+    return old

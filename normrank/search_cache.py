@@ -1,0 +1,62 @@
+"""What searches derive from one state of a :class:`~normrank.NormIndex`, built lazily and
+dropped whole by any change (add, remove, set_weights): nothing here is ever stale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from normrank.ann import IdLookup, WeightOrder
+from normrank.scoring import norm_weight
+
+__all__ = ["SearchCache"]
+
+# w**alpha is kept for this many alphas (a sweep or per-query alphas reuse a few).
+_POWERS_KEPT = 8
+
+
+class SearchCache:
+    """Derived search state of one index state.
+
+    Attributes:
+        powers: ``w**alpha`` (float32, by storage position) per alpha, the last 8 used.
+        lookup: FAISS id -> storage position (ANN results), built at the first ANN search.
+        orders: the documents in decreasing ``w**alpha`` order, one per sign of alpha (ANN).
+        device: the flat storage copied to a torch device (``device=`` searches).
+    """
+
+    __slots__ = ("device", "lookup", "orders", "powers")
+
+    def __init__(self) -> None:
+        self.powers: dict[float, np.ndarray] = {}
+        self.lookup: IdLookup | None = None
+        self.orders: dict[int, WeightOrder] = {}
+        self.device: Any = None
+
+    def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
+        """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""
+        if alpha == 0:
+            return None
+        w = self.powers.get(alpha)
+        if w is None:
+            if len(self.powers) >= _POWERS_KEPT:
+                self.powers.pop(next(iter(self.powers)))
+            w = self.powers[alpha] = norm_weight(base, alpha)
+        return w
+
+    def id_lookup(self, ids: np.ndarray) -> IdLookup:
+        if self.lookup is None:
+            self.lookup = IdLookup(ids)
+        return self.lookup
+
+    def order(self, base: np.ndarray, alpha: float, fetch: Callable[[np.ndarray], np.ndarray]):
+        """The weight order for the sign of ``alpha`` (None at alpha = 0)."""
+        if alpha == 0:
+            return None
+        sign = 1 if alpha > 0 else -1
+        order = self.orders.get(sign)
+        if order is None:
+            order = self.orders[sign] = WeightOrder(base, sign, fetch)
+        return order

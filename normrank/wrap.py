@@ -1,0 +1,154 @@
+"""Turning a FAISS index that already holds vectors into a NormIndex state
+(:meth:`normrank.NormIndex.from_faiss`)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import faiss
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
+from normrank.faiss_info import inner_index, is_gpu, is_idmap, ivf_of, raw_vectors, stored_ids, with_ids
+from normrank.index_state import IndexState
+from normrank.validation import as_ids, split_norms
+
+__all__ = ["new_faiss_index", "state_from_faiss"]
+
+_UNIT_TOLERANCE = 1e-4
+
+
+def new_faiss_index(dim: int | faiss.Index, factory: str | None) -> tuple[faiss.Index, str | None]:
+    """The empty FAISS index a ``NormIndex(dim, factory=...)`` starts from (and its factory
+    string): ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``, or the user's own
+    empty inner-product index."""
+    if isinstance(dim, faiss.Index):
+        if dim.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise UnsupportedIndexError(
+                "NormIndex needs an inner-product index (faiss.METRIC_INNER_PRODUCT) so that "
+                "scores over unit vectors are cosines; use NormIndex.from_faiss for a filled L2 index"
+            )
+        if dim.ntotal:
+            raise UnsupportedIndexError(
+                f"the index already holds {dim.ntotal} vectors: use NormIndex.from_faiss(index)"
+            )
+        return dim, None
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+        raise InvalidParameterError(f"dim must be a positive integer, got {dim!r}")
+    try:
+        return faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT), factory
+    except RuntimeError as e:
+        raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
+
+
+def state_from_faiss(
+    index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
+) -> IndexState:
+    """The state of a NormIndex over the vectors in ``index`` (``NormIndex.from_faiss``).
+
+    Without ``norms``, the raw vectors are read back (IndexFlatL2/IP, IndexIDMap/IDMap2 over a
+    flat index, IndexIVFFlat, IndexHNSWFlat / "HNSW32,Flat"), their norms kept and the vectors
+    replaced by unit vectors in a new inner-product index of the same kind; ``index`` itself is
+    left untouched. An IVF keeps the user's centroids (normalised: an inner-product quantizer
+    over unit vectors ranks lists by a centroid's direction) and nprobe. An HNSW graph was
+    built over the raw vectors, so for L2 or inner product it links the wrong neighbours for
+    cosine: it is rebuilt over the unit vectors with the same M, efConstruction and efSearch
+    (a warning says so; progress shows on a terminal).
+
+    With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
+    hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
+    as is.
+    """
+    ids = stored_ids(index)
+    if ids is None:
+        ids = np.arange(index.ntotal, dtype=np.int64)
+    if norms is not None:
+        return _wrap_unit(index, ids, norms, alpha, k_factor)
+    raw = raw_vectors(index)
+    unit, raw_norms = split_norms(raw, what="stored vectors")
+    if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
+        raise UnsupportedIndexError(
+            "the stored vectors are already unit length, so their raw norms are lost: "
+            "pass norms=... (computed from your raw embeddings) to NormIndex.from_faiss"
+        )
+    ids = as_ids(ids, raw.shape[0])
+    fresh, factory = _unit_twin(inner_index(index), unit)
+    target = with_ids(fresh)
+    _add_with_progress(target, unit, ids, isinstance(fresh, faiss.IndexHNSW))
+    return IndexState(
+        target, ids, raw_norms, next_id=int(ids.max()) + 1 if ids.size else 0,
+        alpha=alpha, k_factor=k_factor, factory=factory,
+    )  # fmt: skip
+
+
+def _wrap_unit(
+    index: faiss.Index, ids: np.ndarray, norms: ArrayLike, alpha: float, k_factor: int
+) -> IndexState:
+    """``index`` holds unit vectors under inner product: wrap it as is, with the given norms."""
+    n = np.asarray(norms, dtype=np.float64)
+    if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
+        raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
+    if is_gpu(index):
+        index = faiss.index_gpu_to_cpu(index)
+    wrapped = index if is_idmap(index) or ivf_of(index) is not None else None
+    if wrapped is None:
+        if not np.array_equal(ids, np.arange(index.ntotal)):
+            raise UnsupportedIndexError("cannot wrap this index type with custom ids")
+        # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
+        wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
+        wrapped.index = index
+        wrapped.own_fields = False
+        wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
+        wrapped.ntotal = index.ntotal
+        wrapped.is_trained = index.is_trained
+        faiss.copy_array_to_vector(ids, wrapped.id_map)
+        wrapped.construct_rev_map()
+    return IndexState(
+        wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
+        alpha=alpha, k_factor=k_factor,
+    )  # fmt: skip
+
+
+def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:
+    """An empty inner-product index of ``inner``'s kind for ``unit`` vectors, and its factory."""
+    d = inner.d
+    ivf = ivf_of(inner)
+    if ivf is not None:
+        centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist).astype(np.float64)
+        lengths = np.linalg.norm(centroids, axis=1, keepdims=True)
+        fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
+        fresh.nprobe = ivf.nprobe
+        if (lengths > 0).all() and np.isfinite(centroids).all():
+            fresh.quantizer.add((centroids / lengths).astype(np.float32))
+            fresh.is_trained = True
+        else:  # a zero centroid has no direction: train afresh
+            fresh.train(unit)
+        return fresh, f"IVF{ivf.nlist},Flat"
+    if isinstance(inner, faiss.IndexHNSW):
+        hnsw = inner.hnsw
+        m = hnsw.nb_neighbors(1)
+        fresh = faiss.IndexHNSWFlat(d, m, faiss.METRIC_INNER_PRODUCT)
+        fresh.hnsw.efConstruction, fresh.hnsw.efSearch = hnsw.efConstruction, hnsw.efSearch
+        warnings.warn(
+            f"from_faiss: rebuilding the HNSW graph (M={m}, efConstruction={hnsw.efConstruction}) over "
+            f"the {inner.ntotal} unit vectors: the original graph links neighbours of the raw vectors",
+            stacklevel=4,
+        )
+        return fresh, f"HNSW{m},Flat"
+    return faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT), "Flat"
+
+
+def _add_with_progress(target: faiss.Index, unit: np.ndarray, ids: np.ndarray, slow: bool) -> None:
+    """``add_with_ids``; a slow build (an HNSW graph) shows progress on a terminal, in chunks."""
+    if not slow or unit.shape[0] < 50_000 or not sys.stderr.isatty():
+        target.add_with_ids(unit, ids)
+        return
+    from rich.progress import track
+
+    step = 20_000
+    for start in track(range(0, unit.shape[0], step), description="rebuilding HNSW", transient=True):
+        target.add_with_ids(unit[start : start + step], ids[start : start + step])
