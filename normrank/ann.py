@@ -35,6 +35,7 @@ import faiss
 import numpy as np
 
 from normrank.faiss_info import ann_params
+from normrank.settings import WEIGHT_CACHE_ENTRIES
 from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
 __all__ = [
@@ -260,7 +261,7 @@ class WeightOrder:
         negated copy is ascending, for :func:`scan_needed`'s binary search."""
         got = self._sorted.get(id(weights))
         if got is None or got[0] is not weights:  # the id of a freed array can be reused
-            if len(self._sorted) >= 8:
+            if len(self._sorted) >= WEIGHT_CACHE_ENTRIES:
                 self._sorted.pop(next(iter(self._sorted)))
             w_sorted = weights[self.order]
             got = self._sorted[id(weights)] = (

@@ -10,11 +10,12 @@ import numpy as np
 
 from normrank.ann import IdLookup, WeightOrder
 from normrank.scoring import norm_weight
+from normrank.settings import WEIGHT_CACHE_ENTRIES
 
 __all__ = ["SearchCache"]
 
-# w**alpha is kept for this many alphas (a sweep or per-query alphas reuse a few).
-_POWERS_KEPT = 8
+# w**alpha is kept for WEIGHT_CACHE_ENTRIES alphas (a sweep or per-query alphas reuse a few).
+_POWERS_KEPT = WEIGHT_CACHE_ENTRIES
 
 
 class SearchCache:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from normrank.errors import InvalidParameterError, MissingDependencyError
+from normrank.settings import WEIGHT_CACHE_ENTRIES
 
 __all__ = ["TorchFlatStore", "resolve_device", "weighted_flat_search"]
 
@@ -60,7 +61,7 @@ class TorchFlatStore:
             return None
         w = self._weights.get(key)
         if w is None:
-            if len(self._weights) >= 8:
+            if len(self._weights) >= WEIGHT_CACHE_ENTRIES:
                 self._weights.pop(next(iter(self._weights)))
             torch = _torch()
             w = self._weights[key] = torch.from_numpy(np.ascontiguousarray(weights, np.float32)).to(
