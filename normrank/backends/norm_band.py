@@ -12,14 +12,31 @@ for FAISS's ``efSearch``, so that "the same method" means the same numbers.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from normrank.ann import default_band_start, default_start, default_trust_depth, unseen_bound
+from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
-__all__ = ["bound_holds", "first_band", "hnsw_params", "search_depths"]
+__all__ = ["bound_holds", "first_band", "hnsw_params", "search_depths", "start_search"]
 
 # Qdrant returns float32 scores: a bound within this relative distance of the k-th score is
 # treated as not holding (the band is widened rather than trusted on a rounding).
 SCORE_RTOL = 1e-6
+
+
+def start_search(
+    q: ArrayLike, k: int, dim: int, alpha: float | ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The checks and empty result both backends' ``search`` start from: ``(unit queries, one
+    alpha per query, scores filled with -inf, ids filled with -1)``, FAISS's padding."""
+    queries = as_vectors(q, dim, what="queries", allow_1d=True)
+    nq = queries.shape[0]
+    k = as_k(k, nq)
+    alphas = as_alpha(alpha, nq)
+    scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    unit_q = split_norms(queries, what="queries")[0] if nq else queries
+    return unit_q, alphas, scores, ids
 
 
 def hnsw_params(hnsw_ef: int | None) -> dict[str, int]:

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.backends.norm_band import bound_holds, first_band, hnsw_params
+from normrank.backends.norm_band import bound_holds, first_band, hnsw_params, start_search
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
-from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+from normrank.validation import as_alpha, as_ids, as_vectors, split_norms
 
 __all__ = ["QdrantNormIndex"]
 
@@ -233,15 +233,10 @@ class QdrantNormIndex:
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query)."""
-        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
-        nq = queries.shape[0]
-        k = as_k(k, nq)
-        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
+        unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
+        nq, k = scores.shape
         if nq == 0:
             return scores, ids
-        unit_q, _ = split_norms(queries, what="queries")
         st = self._norm_stats()
         if st["n"] == 0:
             return scores, ids

@@ -40,7 +40,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.ann import IdLookup, scan_needed
-from normrank.backends.norm_band import SCORE_RTOL, bound_holds, first_band, hnsw_params, search_depths
+from normrank.backends.norm_band import (
+    SCORE_RTOL,
+    bound_holds,
+    first_band,
+    hnsw_params,
+    search_depths,
+    start_search,
+)
 from normrank.errors import (
     DimensionMismatchError,
     DuplicateIdError,
@@ -50,7 +57,7 @@ from normrank.errors import (
     MissingDependencyError,
     UnknownIdError,
 )
-from normrank.validation import as_alpha, as_ids, as_k, as_vectors, split_norms
+from normrank.validation import as_alpha, as_ids, as_vectors, split_norms
 
 __all__ = ["QdrantEdgeNormIndex"]
 
@@ -608,15 +615,10 @@ class QdrantEdgeNormIndex:
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query)."""
-        queries = as_vectors(q, self.dim, what="queries", allow_1d=True)
-        nq = queries.shape[0]
-        k = as_k(k, nq)
-        alphas = as_alpha(self.alpha if alpha is None else alpha, nq)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
+        unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
+        nq, k = scores.shape
         if nq == 0:
             return scores, ids
-        unit_q, _ = split_norms(queries, what="queries")
         with self._lock:
             self._check_open()
             self.last_widened = 0  # queries whose band was widened (for benchmarks and tuning)
