@@ -271,10 +271,9 @@ class QdrantEdgeNormIndex:
         return len(self)
 
     def __repr__(self) -> str:
-        return (
-            f"QdrantEdgeNormIndex({str(self.path)!r}, dim={self.dim}, ntotal={self.ntotal}, "
-            f"alpha={self.alpha}, hnsw_ef={self.hnsw_ef}, exact={self.exact})"
-        )
+        shown = {"dim": self.dim, "ntotal": self.ntotal, "alpha": self.alpha, "hnsw_ef": self.hnsw_ef}
+        fields = ", ".join(f"{key}={value}" for key, value in shown.items())
+        return f"QdrantEdgeNormIndex({str(self.path)!r}, {fields}, exact={self.exact})"
 
     @property
     def ids(self) -> np.ndarray:
@@ -614,10 +613,11 @@ class QdrantEdgeNormIndex:
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query)."""
+        """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query); every
+        returned score is the engine's own formula value, not recomputed here."""
         unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
         nq, k = scores.shape
-        if nq == 0:
+        if not nq:
             return scores, ids
         with self._lock:
             self._check_open()
