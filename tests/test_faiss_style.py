@@ -48,3 +48,11 @@ def test_hnsw_efsearch_assignment_and_flat_refusal():
     with pytest.raises(InvalidParameterError, match="IVF"):
         flat.nprobe = 4
     assert "nprobe" not in vars(flat)
+
+
+def test_a_misspelt_factory_string_says_what_faiss_said_without_its_source_location():
+    with pytest.raises(InvalidParameterError) as caught:
+        NormIndex(8, factory="Flatt")
+    message = str(caught.value)
+    assert "could not parse index string Flatt" in message
+    assert ".cpp" not in message and "std::" not in message
