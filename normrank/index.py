@@ -133,6 +133,11 @@ class NormIndex:
         return int(self._index.d)
 
     @property
+    def d(self) -> int:
+        """FAISS's name for :attr:`dim` (``index.d``), so that FAISS code reads it unchanged."""
+        return self.dim
+
+    @property
     def ntotal(self) -> int:
         return int(self._docs.ids.shape[0])
 

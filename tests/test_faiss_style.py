@@ -56,3 +56,13 @@ def test_a_misspelt_factory_string_says_what_faiss_said_without_its_source_locat
     message = str(caught.value)
     assert "could not parse index string Flatt" in message
     assert ".cpp" not in message and "std::" not in message
+
+
+def test_index_d_and_ntotal_read_as_in_faiss():
+    import faiss
+
+    docs = np.random.default_rng(2).normal(size=(50, 12)).astype("float32")
+    ours, theirs = NormIndex(12), faiss.IndexFlatIP(12)
+    for index in (ours, theirs):
+        index.add(docs)
+    assert (ours.d, ours.ntotal) == (theirs.d, theirs.ntotal) == (12, 50)
