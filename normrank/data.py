@@ -222,6 +222,12 @@ def load_dataset(source: str | Path, split: str = "test", *, data_dir: str | Pat
     path = Path(src).expanduser()
     if path.is_dir():
         return load_beir_folder(path, split)
+    if path.is_absolute() or src.startswith((".", "~")):  # a path, never an ir_datasets id or a name
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise DatasetNotFoundError(
+            f"{src} {what}: pass a BEIR folder (corpus.jsonl, queries.jsonl, qrels/), a BEIR name "
+            "or an ir_datasets id"
+        )
     if "/" in src and not path.exists():
         return load_ir_datasets(src)
     return load_beir_folder(resolve_beir_folder(src, data_dir), split, name=src)

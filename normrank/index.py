@@ -133,6 +133,11 @@ class NormIndex:
         return int(self._index.d)
 
     @property
+    def d(self) -> int:
+        """FAISS's name for :attr:`dim` (``index.d``), so that FAISS code reads it unchanged."""
+        return self.dim
+
+    @property
     def ntotal(self) -> int:
         return int(self._docs.ids.shape[0])
 
@@ -342,6 +347,30 @@ class NormIndex:
         """FAISS's search breadth, saved with the index: IVF ``nprobe`` / ``nlist``, HNSW
         ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`."""
         return ann_params(self._inner)
+
+    def _breadth(self, key: str, kind: str) -> int:
+        have = self.search_params
+        if key not in have:  # AttributeError, as FAISS's own indexes without the knob raise
+            raise AttributeError(f"{key} applies to {kind} indexes; this one is {type(self._inner).__name__}")
+        return have[key]
+
+    @property
+    def nprobe(self) -> int:
+        """FAISS's ``index.nprobe`` (IVF): ``index.nprobe = 16`` is :meth:`set_search_params`."""
+        return self._breadth("nprobe", "IVF")
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        self.set_search_params(nprobe=value)
+
+    @property
+    def efSearch(self) -> int:  # FAISS's spelling, so that FAISS code runs unchanged
+        """FAISS's ``index.hnsw.efSearch`` (HNSW): assigning it is :meth:`set_search_params`."""
+        return self._breadth("efSearch", "HNSW")
+
+    @efSearch.setter
+    def efSearch(self, value: int) -> None:
+        self.set_search_params(ef_search=value)
 
     def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
         """Set the default IVF ``nprobe`` / HNSW ``efSearch`` (kept by :meth:`save`)."""

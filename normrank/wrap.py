@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -40,7 +41,11 @@ def new_faiss_index(dim: int | faiss.Index, factory: str | None) -> tuple[faiss.
     try:
         return faiss.index_factory(int(dim), str(factory), faiss.METRIC_INNER_PRODUCT), factory
     except RuntimeError as e:
-        raise InvalidParameterError(f"faiss.index_factory rejected {factory!r}: {e}") from e
+        # FAISS prefixes its message with the C++ function, file and line: keep the message
+        why = re.sub(r"^Error in .* at \S+:\d+: ", "", str(e).strip())
+        raise InvalidParameterError(
+            f"faiss.index_factory rejected {factory!r}: {why} (examples: 'Flat', 'HNSW32', 'IVF1024,Flat')"
+        ) from e
 
 
 def state_from_faiss(

@@ -63,6 +63,16 @@ def test_npz_empty_file_bad_out_and_float32_overflow_exit_2(emb):
     _assert_user_error(_run("index", "search", str(emb / "ix"), str(emb / "q.npy"), "-k", str(1 << 30)))
 
 
+def test_a_text_or_object_file_is_named_without_advising_allow_pickle(emb):
+    """numpy's message for these suggests allow_pickle=, i.e. unpickling the user's file."""
+    (emb / "notes.npy").write_text("0.1, 0.2\n")
+    np.save(emb / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for name, said in (("notes.npy", "not a .npy file"), ("objects.npy", "holds Python objects")):
+        res = _run("index", "build", str(emb / name), "--out", str(emb / "o"))
+        _assert_user_error(res)
+        assert said in res.output and "allow_pickle" not in res.output
+
+
 def test_nprobe_and_ef_search_flags(emb):
     x = np.random.default_rng(1).normal(size=(400, 4)).astype(np.float32)
     np.save(emb / "big.npy", x)

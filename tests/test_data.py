@@ -80,6 +80,19 @@ def test_unknown_name_offline_fails_clearly(tmp_path: Path, monkeypatch: pytest.
         load_dataset("no-such-collection", data_dir=tmp_path)
 
 
+@pytest.mark.parametrize("where", ["/no/such/beir/adi", "./adi_typo", "~/no-such-folder"])
+def test_missing_folder_path_is_named_as_a_path(where: str) -> None:
+    """`normrank diagnose ./adi_typo` must say the folder is missing, not 'unknown ir_datasets id'."""
+    with pytest.raises(DatasetNotFoundError, match="does not exist: pass a BEIR folder"):
+        load_dataset(where)
+
+
+def test_file_given_as_a_collection(tmp_path) -> None:
+    (tmp_path / "corpus.jsonl").write_text("{}\n")
+    with pytest.raises(DatasetNotFoundError, match="is a file, not a folder"):
+        load_dataset(tmp_path / "corpus.jsonl")
+
+
 def test_unknown_ir_datasets_id() -> None:
     pytest.importorskip("ir_datasets")
     with pytest.raises(DatasetNotFoundError, match="ir_datasets"):

@@ -20,8 +20,18 @@ def _load_npy(path: Path, what: str):
     import numpy as np
 
     try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        _fail(f"cannot read {what} {path}: {e.strerror or e}")
+    # numpy's own message for a text or other non-.npy file suggests allow_pickle=: never here
+    if head and head != np.lib.format.MAGIC_PREFIX and not head.startswith(b"PK"):
+        _fail(f"{what} {path} is not a .npy file (no NumPy header): save the array with numpy.save")
+    try:
         arr = np.load(path, allow_pickle=False, mmap_mode="r")
     except (OSError, ValueError, EOFError) as e:  # EOFError: an empty file
+        if "pickled" in str(e) or "Python objects" in str(e):
+            _fail(f"{what} {path} holds Python objects, not numbers: save a float32 array with numpy.save")
         _fail(f"cannot read {what} {path} as a .npy array: {type(e).__name__}: {e}")
     if not isinstance(arr, np.ndarray):  # an .npz archive
         _fail(f"{what} {path} is an .npz archive, not a .npy array: save one array with numpy.save")

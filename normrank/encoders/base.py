@@ -7,7 +7,8 @@ the norm is the signal normrank ranks with, so no encoder here ever normalises.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,21 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Encoder", "TorchEncoder", "check_texts"]
+
+
+@contextmanager
+def quiet_weight_loading() -> Iterator[None]:
+    """transformers' own "Loading weights" progress bar off while a model loads (it writes
+    carriage returns into logs and pipes); the caller's setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normrank.encoders.base import TorchEncoder
+from normrank.encoders.base import TorchEncoder, quiet_weight_loading
 from normrank.errors import MissingDependencyError
 
 __all__ = ["HFCLIPEncoder", "OpenCLIPEncoder", "load_hf_clip", "load_open_clip"]
@@ -146,6 +146,7 @@ def load_hf_clip(path_or_name: str, name: str, *, head: bool = True, device: str
         from transformers import AutoTokenizer, CLIPModel
     except ImportError as e:
         raise MissingDependencyError("transformers is not installed: pip install 'normrank[models]'") from e
-    model = CLIPModel.from_pretrained(str(path_or_name)).to(device)
+    with quiet_weight_loading():
+        model = CLIPModel.from_pretrained(str(path_or_name)).to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name))
     return HFCLIPEncoder(model, tokenizer, name, head=head, device=device)

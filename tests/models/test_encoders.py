@@ -130,3 +130,15 @@ def test_onnx_paraphrase_minilm_matches_its_own_pooled_output() -> None:
         (ref,) = sess.run(["461"], feed)
         np.testing.assert_allclose(emb[i], ref[0], rtol=1e-4, atol=1e-5)
     assert np.all(np.abs(np.linalg.norm(emb, axis=1) - 1) > 0.1)
+
+
+def test_loading_prints_no_third_party_progress_bar(capfd: pytest.CaptureFixture[str]) -> None:
+    """A user's log or pipe gets no transformers "Loading weights" bar (carriage returns)."""
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    capfd.readouterr()
+    load_encoder("all-MiniLM-L6-v2")
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "\r" not in err
+    assert hf_logging.is_progress_bar_enabled()  # the caller's setting is restored

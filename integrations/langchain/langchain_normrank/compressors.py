@@ -108,11 +108,18 @@ def _stored_vectors(store: Any, docs: list[Document]) -> dict[int, np.ndarray]:
     return found
 
 
+def _holds_raw_vectors(store: Any) -> bool:
+    from langchain_normrank.vectorstores import NormRankVectorStore
+
+    return isinstance(store, NormRankVectorStore)
+
+
 class NormReweightCompressor(BaseDocumentCompressor):
     """Re-score documents from any retriever by cos(q, d)·‖d‖^α (:func:`normrank.norm_weighted`)
     and sort them.
 
-    ``‖d‖`` is read from ``metadata[norm_key]`` (written by :func:`add_norm_metadata`). ``cos``
+    ``‖d‖`` is read from ``metadata[norm_key]`` (written by :func:`add_norm_metadata`), or, for
+    documents a NormRankVectorStore ``vectorstore`` holds, from its raw vectors. ``cos``
     needs the document vectors' directions: with ``vectorstore`` (the FAISS store or
     NormRankVectorStore the retriever searches) they are read from it by ``Document.id`` and
     only the query is embedded; documents it does not hold, or every document when no
@@ -140,18 +147,27 @@ class NormReweightCompressor(BaseDocumentCompressor):
         docs = list(documents)
         if not docs:
             return np.zeros(0, np.float32)
-        missing = [i for i, d in enumerate(docs) if self.norm_key not in d.metadata]
+        have = {} if self.vectorstore is None else _stored_vectors(self.vectorstore, docs)
+        # A NormRankVectorStore's vectors are raw, so their length is ||d||; FAISS's may be unit.
+        raw = have if _holds_raw_vectors(self.vectorstore) else {}
+        missing = [i for i, d in enumerate(docs) if self.norm_key not in d.metadata and i not in raw]
         if missing:
             raise InvalidInputError(
                 f"{len(missing)} document(s) lack metadata[{self.norm_key!r}] (first at position "
                 f"{missing[0]}): record raw norms at ingestion with "
                 "langchain_normrank.embed_with_norms(documents, embeddings) or add_norm_metadata"
             )
-        norms = np.asarray([float(d.metadata[self.norm_key]) for d in docs])
+        norms = np.asarray(
+            [
+                float(d.metadata[self.norm_key])
+                if self.norm_key in d.metadata
+                else float(np.linalg.norm(raw[i]))
+                for i, d in enumerate(docs)
+            ]
+        )
         if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
             raise InvalidInputError(f"metadata[{self.norm_key!r}] must hold positive finite norms")
         q = np.asarray(self.embeddings.embed_query(query), dtype=np.float64)
-        have = {} if self.vectorstore is None else _stored_vectors(self.vectorstore, docs)
         todo = [i for i in range(len(docs)) if i not in have]
         if todo:
             fresh = self.embeddings.embed_documents([docs[i].page_content for i in todo])

@@ -5,7 +5,9 @@ saved FAISS folder read for migration (its documents, ids and raw vectors)."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from langchain_core.documents import Document
@@ -20,6 +22,7 @@ from normrank.errors import (
 from normrank.unit_norms import all_unit
 
 __all__ = [
+    "DocstoreView",
     "MigrationWarning",
     "check_faiss_options",
     "faiss_constructor_dim",
@@ -30,6 +33,33 @@ __all__ = [
 
 class MigrationWarning(UserWarning):
     """Said once per migration from a LangChain FAISS store: what was read and what was redone."""
+
+
+class DocstoreView:
+    """Read-only stand-in for FAISS's ``store.docstore`` (an ``InMemoryDocstore``): ``search(id)``
+    and ``_dict``, as LangChain's FAISS docs use them, over the store's own documents. Writing
+    through it is refused: add and delete on the vector store."""
+
+    def __init__(self, documents: Any) -> None:
+        self._documents = documents  # () -> {id: Document}, read fresh on every access
+
+    @property
+    def _dict(self) -> Mapping[str, Document]:
+        return MappingProxyType(self._documents())
+
+    def search(self, search: str) -> Document | str:
+        """The document with id ``search``, or InMemoryDocstore's "ID ... not found." string."""
+        return self._documents().get(search, f"ID {search} not found.")
+
+    def add(self, texts: Any) -> None:
+        raise InvalidParameterError(
+            "the docstore of a NormRankVectorStore is read-only: use store.add_documents(...)"
+        )
+
+    def delete(self, ids: Any) -> None:
+        raise InvalidParameterError(
+            "the docstore of a NormRankVectorStore is read-only: use store.delete(ids=...)"
+        )
 
 
 def _strategy_name(strategy: Any) -> str:

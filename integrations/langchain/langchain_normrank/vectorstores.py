@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from langchain_normrank.faiss_compat import (
+    DocstoreView,
     MigrationWarning,
     check_faiss_options,
     faiss_constructor_dim,
@@ -116,6 +118,26 @@ class NormRankVectorStore(StoreBacked, VectorStore):
     @property
     def embeddings(self) -> Embeddings:
         return self.embedding
+
+    @property
+    def embedding_function(self) -> Embeddings:
+        """FAISS's name for :attr:`embeddings`."""
+        return self.embedding
+
+    @property
+    def docstore(self) -> DocstoreView:
+        """FAISS's ``docstore`` read API (``search(id)``, ``_dict``) over this store's documents."""
+        return DocstoreView(self._documents)
+
+    @property
+    def index_to_docstore_id(self) -> Mapping[int, str]:
+        """FAISS's position -> id map (read-only): the ids in insertion order."""
+        with self._store.lock:
+            return MappingProxyType(dict(enumerate(self._store.records)))
+
+    def _documents(self) -> dict[str, Document]:
+        with self._store.lock:
+            return {sid: self._document(sid) for sid in self._store.records}
 
     @property
     def alpha(self) -> float:

@@ -310,6 +310,25 @@ def test_compressor_uses_the_stored_norm_not_the_embedding(corpus, emb):
         comp.compress_documents([Document(page_content="doc 0")], "query 0")
 
 
+def test_compression_retriever_over_a_normrank_store_needs_no_norm_metadata(corpus, emb):
+    """ContextualCompressionRetriever(NormReweightCompressor(vectorstore=store), store.as_retriever()):
+    the store holds the raw vectors, so the norms come from it (documents added with plain
+    from_texts carry no normrank_norm metadata); the query is embedded by a normalising model."""
+    ccr_module = pytest.importorskip("langchain_classic.retrievers")
+    store = make_store(emb)
+    unit = TableEmbeddings({t: v / np.linalg.norm(v) for t, v in emb.table.items()})
+    comp = NormReweightCompressor(embeddings=unit, alpha=-1.0, top_n=5, vectorstore=store)
+    retriever = ccr_module.ContextualCompressionRetriever(
+        base_compressor=comp, base_retriever=store.as_retriever(search_kwargs={"k": 40})
+    )
+    for j in range(N_QUERIES):
+        candidates = [d.metadata["i"] for d in store.similarity_search(f"query {j}", k=40)]
+        out = retriever.invoke(f"query {j}")
+        want_ids, want_scores = brute(corpus, j, -1.0, allowed=np.isin(np.arange(N_DOCS), candidates))
+        assert [d.metadata["i"] for d in out] == want_ids
+        np.testing.assert_allclose([d.metadata["normrank_score"] for d in out], want_scores, rtol=1e-5)
+
+
 def test_embeddings_wrapper_returns_raw_vectors(corpus):
     from langchain_normrank import NormRankEmbeddings
 
