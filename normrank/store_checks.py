@@ -17,6 +17,7 @@ __all__ = [
     "MAX_METADATA_DEPTH",
     "UnknownArgumentError",
     "UnstorableMetadataError",
+    "UnsupportedOperationError",
     "check_alpha",
     "check_json_value",
     "reject_unknown",
@@ -29,6 +30,10 @@ MAX_METADATA_DEPTH = 64
 
 class UnknownArgumentError(NormrankError, TypeError):
     """A keyword argument that no normrank method takes (often a misspelling or another store's)."""
+
+
+class UnsupportedOperationError(NormrankError, NotImplementedError):
+    """A peer store's method normrank deliberately does not offer; the message names what to use."""
 
 
 class UnstorableMetadataError(InvalidInputError):

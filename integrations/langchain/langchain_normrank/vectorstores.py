@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from langchain_core.documents import Document
@@ -32,7 +32,7 @@ from langchain_normrank.faiss_compat import (
 from langchain_normrank.filters import MetadataFilter, metadata_predicate
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
-from normrank.store_checks import reject_unknown
+from normrank.store_checks import UnsupportedOperationError, reject_unknown
 
 __all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
 
@@ -501,6 +501,25 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
         )[0]
         return store
+
+    def serialize_to_bytes(self) -> bytes:
+        """Refused: FAISS's bytes are a pickle, and normrank never pickles. Use :meth:`save_local`
+        (a folder, atomic) and archive that folder if you need one blob."""
+        raise UnsupportedOperationError(
+            "serialize_to_bytes is not offered (FAISS's bytes are a pickle, normrank never pickles): "
+            "use store.save_local(folder) and NormRankVectorStore.load_local(folder, embeddings)"
+        )
+
+    @classmethod
+    def deserialize_from_bytes(cls, serialized: bytes, embeddings: Embeddings, **kwargs: Any) -> NoReturn:
+        """Refused, as :meth:`serialize_to_bytes`: bytes from FAISS are a pickle. Migrate a FAISS
+        store with :meth:`from_faiss` (a loaded store) or :meth:`load_local` (a saved folder)."""
+        raise UnsupportedOperationError(
+            "deserialize_from_bytes is not offered (the bytes are a pickle, normrank never unpickles): "
+            "load the FAISS store yourself and call NormRankVectorStore.from_faiss(store), or "
+            "NormRankVectorStore.load_local(folder, embeddings, allow_dangerous_deserialization=True) "
+            "on its saved folder"
+        )
 
     @classmethod
     def _migrate_folder(

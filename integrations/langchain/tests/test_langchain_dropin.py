@@ -353,3 +353,15 @@ def test_retriever_refuses_unknown_arguments(store):
         store.as_retriever(search_type="mmr", search_kwargs={"score_threshold": 0.2})
     r = NormRankRetriever(vectorstore=store, k=3, alpha=-1.0, search_kwargs={"fetch_k": 50})
     assert len(r.invoke("query 0")) == 3
+
+
+def test_pickle_bytes_round_trip_is_refused_with_the_calls_that_work(store, emb):
+    # FAISS users write `FAISS.deserialize_from_bytes(db.serialize_to_bytes(), emb)`: both are
+    # pickles there, so both are refused here with a message naming save_local / from_faiss.
+    from normrank.errors import NormrankError
+
+    with pytest.raises(NotImplementedError, match="save_local") as err:
+        store.serialize_to_bytes()
+    assert isinstance(err.value, NormrankError)
+    with pytest.raises(NotImplementedError, match="from_faiss"):
+        NormRankVectorStore.deserialize_from_bytes(b"\x80\x04", emb, allow_dangerous_deserialization=True)
