@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normrank.encoders.base import Encoder, _progress, check_texts
+from normrank.encoders.base import Encoder, _progress, check_texts, quiet_loading
 from normrank.errors import InvalidInputError, MissingDependencyError
 
 __all__ = ["ONNXEncoder"]
@@ -33,7 +33,8 @@ class ONNXEncoder(Encoder):
             raise MissingDependencyError("pip install onnxruntime transformers") from e
         opts = ort.SessionOptions()
         self.session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        with quiet_loading():
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
         self.name = name
         self.max_seq_length = int(max_seq_length)
         names = {i.name for i in self.session.get_inputs()}
