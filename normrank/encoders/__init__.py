@@ -1,7 +1,8 @@
 """Raw-norm text encoders: ``load_encoder(name_or_path, kind="auto", **options) -> Encoder``.
 
 Kinds: ``"sentence-transformers"``, ``"open_clip"``, ``"open_clip-nohead"``, ``"hf-clip"``,
-``"hf-clip-nohead"``, ``"onnx"``. Every encoder returns raw (unnormalised) float32 (n, d) arrays.
+``"hf-clip-nohead"``, ``"onnx"`` (token states, mean-pooled), ``"onnx-text"`` (a graph that reads
+strings itself, e.g. USE; trailing L2 normalisation cut off). Every encoder returns raw (unnormalised) float32 (n, d) arrays.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from normrank.errors import InvalidParameterError, NormrankError
 
 __all__ = ["KINDS", "Encoder", "ModelNotFoundError", "TorchEncoder", "load_encoder", "model_identity"]
 
-KINDS = ("sentence-transformers", "open_clip", "open_clip-nohead", "hf-clip", "hf-clip-nohead", "onnx")
+KINDS = (
+    "sentence-transformers",
+    "open_clip",
+    "open_clip-nohead",
+    "hf-clip",
+    "hf-clip-nohead",
+    "onnx",
+    "onnx-text",
+)
 
 
 class ModelNotFoundError(NormrankError, FileNotFoundError):
@@ -80,7 +89,7 @@ def _resolve(
         name = rest
         path = Path(name).expanduser()
         local = path.exists()
-    if not local and kind in ("auto", "sentence-transformers", "onnx"):
+    if not local and kind in ("auto", "sentence-transformers", "onnx", "onnx-text"):
         found = resolve_offline(name)
         if found is not None:
             path, local = found.path, True
@@ -100,7 +109,7 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
 
     Args:
         name_or_path: a local folder or file, a known offline name (``all-MiniLM-L6-v2``,
-            ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, optionally prefixed
+            ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, ``use-multilingual-v3``, optionally prefixed
             ``sentence-transformers/``), an open_clip spec (``"ViT-B-32/laion2b_s34b_b79k"``,
             ``"open_clip:ViT-B-32"``) or a hub id. A ``"KIND:"`` prefix (one of ``KINDS``, e.g.
             ``"hf-clip:openai/clip-vit-base-patch32"``, ``"open_clip-nohead:ViT-B-32/openai"``)
@@ -135,6 +144,12 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
         from normrank.encoders.clip import load_hf_clip
 
         return load_hf_clip(source, name, head=kind == "hf-clip", device=device)
+    if kind == "onnx-text":
+        from normrank.encoders.onnx import ONNXTextEncoder
+
+        if options:
+            raise InvalidParameterError(f"an onnx-text encoder takes no options, got {sorted(options)}")
+        return ONNXTextEncoder(source, name)
     from normrank.encoders.onnx import ONNXEncoder
 
     if "tokenizer" not in options:
