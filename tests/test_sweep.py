@@ -236,14 +236,14 @@ def test_embedding_cache_roundtrip_and_no_reencode(tmp_path: Path) -> None:
     e2, hit2 = cache.get_or_encode("m", "ds", "corpus", ids, texts, factory, show_progress=False)
     assert (hit1, hit2) == (False, True) and calls == [2]
     np.testing.assert_array_equal(e1, e2)
-    entry = cache.entry("m", "ds", "title+text")
-    meta = json.loads((entry / "corpus.json").read_text())
+    (meta,) = cache.entries()
     assert meta["n"] == 2 and meta["dim"] == 3 and meta["model"] == "m"
     # Different ids (order or content) -> re-encoded, never a stale hit.
     cache.get_or_encode("m", "ds", "corpus", ["b", "a"], texts, factory, show_progress=False)
     assert calls == [2, 2]
     # Different fields or model -> a different entry.
-    assert cache.entry("m", "ds", "text") != entry and cache.entry("m2", "ds", "title+text") != entry
+    key = cache.key("m", "title+text", ids, texts)
+    assert cache.key("m", "text", ids, texts) != key and cache.key("m2", "title+text", ids, texts) != key
 
 
 def test_by_depth_buckets_heading_path_queries() -> None:

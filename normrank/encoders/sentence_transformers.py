@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.encoders.base import TorchEncoder, quiet_weight_loading
+from normrank.encoders.base import TorchEncoder, quiet_loading
 from normrank.errors import InvalidParameterError, NormrankError
 
 __all__ = ["SentenceTransformerEncoder", "strip_normalize"]
@@ -91,6 +91,6 @@ def load_sentence_transformer(path_or_name: str, name: str, *, device: str = "cp
     from sentence_transformers import SentenceTransformer
 
     local_only = options.pop("local_files_only", False)
-    with quiet_weight_loading():
+    with quiet_loading():
         model = SentenceTransformer(str(path_or_name), device=device, local_files_only=local_only)
     return SentenceTransformerEncoder(model, name, device=device, **options)
