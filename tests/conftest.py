@@ -8,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DATA_ROOT = Path(os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "beir"))
+DATA_ROOT = Path(
+    os.environ.get("NORMRANK_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "beir")
+)
 
 
-def brute_force(x: np.ndarray, q: np.ndarray, alpha, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def brute_force(
+    x: np.ndarray, q: np.ndarray, alpha, ids: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Full score matrix cos(q, d) * ||d||^alpha in float64, independent of normrank."""
     x = np.asarray(x, np.float64)
     q = np.asarray(q, np.float64)
@@ -43,7 +47,9 @@ def assert_same_topk(ref_scores: np.ndarray, ref_ids: np.ndarray, got_scores, go
         assert (got_ids[:, n:] == -1).all() and np.isneginf(got_scores[:, n:]).all()
 
 
-def clustered(n: int, d: int, rng: np.random.Generator, n_clusters: int = 32, sigma: float = 0.6) -> np.ndarray:
+def clustered(
+    n: int, d: int, rng: np.random.Generator, n_clusters: int = 32, sigma: float = 0.6
+) -> np.ndarray:
     """Raw vectors with cluster structure and log-normal norms, like real embeddings."""
     centers = rng.normal(size=(n_clusters, d))
     x = centers[rng.integers(0, n_clusters, n)] + rng.normal(scale=0.7, size=(n, d))
