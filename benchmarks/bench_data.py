@@ -39,13 +39,9 @@ def real_embeddings(
         if encode_missing:
             q, d = embed_dataset(ds, MODEL, cache, encoders, 64, False, None, qids, qtexts)
         else:  # the same cache entries embed_dataset reads, without encoding on a miss
-            key, dkey = model_key(MODEL, None), ds.source or ds.name
-            d = cache.load(key, dkey, "corpus", ds.doc_ids, "title+text", texts=ds.doc_texts)
-            q = (
-                None
-                if d is None
-                else cache.load(key, dkey, f"queries-{ds.split}", qids, "text", texts=qtexts)
-            )
+            key = model_key(MODEL, None)
+            d = cache.load(key, ds.doc_ids, "title+text", texts=ds.doc_texts)
+            q = None if d is None else cache.load(key, qids, "text", texts=qtexts)
             if q is None:
                 continue
         docs.append(d)

@@ -32,6 +32,9 @@ from normrank.settings import cache_root
 if TYPE_CHECKING:
     from normrank.encoders import Encoder
 
+Strings = Sequence[str]
+Identity = Mapping[str, Any] | None  # normrank.encoders.model_identity(...), or None
+
 __all__ = ["EmbeddingCache", "content_digest"]
 
 FORMAT = 2
@@ -100,21 +103,10 @@ class EmbeddingCache:
 
     # -- read / write -----------------------------------------------------------------------
     def load(
-        self,
-        model_key: str,
-        dataset_key: str,
-        part: str,
-        ids: Sequence[str],
-        fields: str,
-        *,
-        texts: Sequence[str],
-        model_identity: Mapping[str, Any] | None = None,
+        self, model_key: str, ids: Strings, fields: str, *, texts: Strings, model_identity: Identity = None
     ) -> np.ndarray | None:
-        """The cached (n, d) float32 array for these (id, text) pairs, or None.
-
-        ``dataset_key`` and ``part`` are labels (not part of the key), kept for a uniform call.
-        """
-        del dataset_key, part
+        """The cached (n, d) float32 array for these (id, text) pairs, or None. Where the data
+        came from (dataset, part) plays no part in finding it."""
         key = self.key(model_key, fields, ids, texts, model_identity=model_identity)
         array, manifest = self.path(key), self.path(key).with_suffix(".json")
         if not (manifest.is_file() and array.is_file()):
@@ -202,7 +194,7 @@ class EmbeddingCache:
     ) -> tuple[np.ndarray, bool]:
         """(embeddings, was_cached). ``encoder`` may be a zero-argument factory, called only on a miss
         (loading a model costs seconds; a cached re-run never loads it)."""
-        hit = self.load(model_key, dataset_key, part, ids, fields, texts=texts, model_identity=model_identity)
+        hit = self.load(model_key, ids, fields, texts=texts, model_identity=model_identity)
         if hit is not None:
             return hit, True
         enc = encoder() if callable(encoder) and not hasattr(encoder, "encode") else encoder

@@ -160,6 +160,6 @@ def test_entries_are_atomic_npy_and_json_without_pickle(tmp_path: Path) -> None:
 
 def test_ids_and_texts_must_pair_up(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="2 ids but 1 texts"):
-        EmbeddingCache(tmp_path).load("m", "d", "corpus", ["a", "b"], "text", texts=["x"])
+        EmbeddingCache(tmp_path).load("m", ["a", "b"], "text", texts=["x"])
     # Length prefixes: ("ab", "c") and ("a", "bc") are different content.
     assert content_digest(["ab"], ["c"]) != content_digest(["a"], ["bc"])

@@ -102,27 +102,9 @@ class _RichBar:
     """Description, bar, done/total, elapsed and remaining time, on stderr (stdout stays for results)."""
 
     def __init__(self, total: int, label: str, get_time: Callable[[], float] | None = None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from normrank.progress import progress_bar
 
-        self._p = Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            # Remaining time alone reads 0:00:00 once done, whatever the run took.
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            get_time=get_time,
-        )
+        self._p = progress_bar(get_time=get_time)
         self._task = self._p.add_task(label, total=total)
 
     def __enter__(self) -> Any:

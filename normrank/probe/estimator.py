@@ -83,24 +83,9 @@ def _check_args(
 
 
 def _progress(enabled: bool) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from normrank.progress import progress_bar
 
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),  # remaining time alone reads 0:00:00 once a bar is done
-        TimeRemainingColumn(),
-        disable=not enabled,
-        transient=False,
-    )
+    return progress_bar(enabled=enabled)
 
 
 def step_gradients(
