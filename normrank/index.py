@@ -15,17 +15,18 @@ from numpy.typing import ArrayLike
 from normrank import validation as check
 from normrank.doc_table import DocTable
 from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
-from normrank.faiss_info import ann_params, breadth_knobs, inner_index, set_breadth, with_ids
+from normrank.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
 from normrank.index_state import IndexState, check_state
 from normrank.persistence import load_state, save_state
 from normrank.search_cache import SearchCache
+from normrank.search_knobs import SearchKnobs
 from normrank.searcher import search_args, search_into
 from normrank.wrap import new_faiss_index, state_from_faiss
 
 __all__ = ["NormIndex"]
 
 
-class NormIndex:
+class NormIndex(SearchKnobs):
     """Exact norm-aware search over a FAISS index: ``score(q, d) = cos(q, d) * ||d||**alpha``.
 
     Vectors are added raw. Their unit directions go into an inner-product FAISS index and their
@@ -341,43 +342,6 @@ class NormIndex:
                 if old:
                     set_breadth(self._inner, old)
         return scores, ids
-
-    @property
-    def search_params(self) -> dict[str, int]:
-        """FAISS's search breadth, saved with the index: IVF ``nprobe`` / ``nlist``, HNSW
-        ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`."""
-        return ann_params(self._inner)
-
-    def _breadth(self, key: str, kind: str) -> int:
-        have = self.search_params
-        if key not in have:  # AttributeError, as FAISS's own indexes without the knob raise
-            raise AttributeError(f"{key} applies to {kind} indexes; this one is {type(self._inner).__name__}")
-        return have[key]
-
-    @property
-    def nprobe(self) -> int:
-        """FAISS's ``index.nprobe`` (IVF): ``index.nprobe = 16`` is :meth:`set_search_params`."""
-        return self._breadth("nprobe", "IVF")
-
-    @nprobe.setter
-    def nprobe(self, value: int) -> None:
-        self.set_search_params(nprobe=value)
-
-    @property
-    def efSearch(self) -> int:  # FAISS's spelling, so that FAISS code runs unchanged
-        """FAISS's ``index.hnsw.efSearch`` (HNSW): assigning it is :meth:`set_search_params`."""
-        return self._breadth("efSearch", "HNSW")
-
-    @efSearch.setter
-    def efSearch(self, value: int) -> None:
-        self.set_search_params(ef_search=value)
-
-    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        """Set the default IVF ``nprobe`` / HNSW ``efSearch`` (kept by :meth:`save`)."""
-        knobs = breadth_knobs(self._inner, nprobe, ef_search)
-        with self._lock:
-            set_breadth(self._inner, knobs)
-            self._changed()
 
     # -- reconstruction -----------------------------------------------------------------------
 

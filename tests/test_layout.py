@@ -21,7 +21,9 @@ def module_imports() -> dict[str, set[str]]:
         for node in ast.parse(path.read_text()).body:  # module level: what runs at import
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
                 continue
-            for sub in ast.walk(node):
+            # what runs at import: top-level statements and the bodies of top-level try / if,
+            # not function bodies (a lazy import inside a function makes no import-time loop)
+            for sub in ast.walk(node) if isinstance(node, (ast.Try, ast.If)) else [node]:
                 if isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
                     for alias in sub.names:
                         full = f"{sub.module}.{alias.name}"

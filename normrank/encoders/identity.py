@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from normrank.encoders.resolve import cache_root
+from normrank.settings import cache_root
 
 __all__ = ["ENCODER_FORMAT", "model_identity", "path_digest"]
 
