@@ -1,6 +1,6 @@
 """Print the README's findings table (norm beside its controls) from benchmarks/results/sweep.json.
 
-    python benchmarks/findings_table.py [sweep.json]
+python benchmarks/findings_table.py [sweep.json]
 """
 
 from __future__ import annotations
