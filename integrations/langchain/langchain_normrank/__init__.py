@@ -2,6 +2,7 @@
 
 from langchain_normrank.compressors import NormReweightCompressor, add_norm_metadata, embed_with_norms
 from langchain_normrank.embeddings import NormRankEmbeddings
+from langchain_normrank.faiss_compat import FaissSaveError
 from langchain_normrank.retrievers import NormRankRetriever
 from langchain_normrank.vectorstores import (
     MigrationWarning,
@@ -13,6 +14,7 @@ from normrank.store_checks import UnknownArgumentError, UnstorableMetadataError
 from normrank.unit_norms import UnitNormWarning
 
 __all__ = [
+    "FaissSaveError",
     "MigrationWarning",
     "NormRankEmbeddings",
     "NormRankRetriever",

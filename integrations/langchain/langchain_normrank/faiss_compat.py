@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -16,19 +16,24 @@ from langchain_core.embeddings import Embeddings
 from normrank.errors import (
     InvalidInputError,
     InvalidParameterError,
-    MissingDependencyError,
     UnsupportedIndexError,
 )
 from normrank.unit_norms import all_unit
 
 __all__ = [
     "DocstoreView",
+    "FaissSaveError",
     "MigrationWarning",
     "check_faiss_options",
     "faiss_constructor_dim",
     "faiss_contents",
-    "load_faiss_folder",
+    "refuse_faiss_folder",
 ]
+
+
+class FaissSaveError(InvalidParameterError):
+    """A LangChain FAISS save was given where a normrank store was expected: normrank does not
+    read its pickle; the message names the two lines that migrate it."""
 
 
 class MigrationWarning(UserWarning):
@@ -174,24 +179,13 @@ def faiss_contents(
     return emb, texts, vectors, [d.metadata for d in docs], ids
 
 
-def load_faiss_folder(folder: Path, embeddings: Embeddings, index_name: str, allowed: bool) -> Any:
-    """``FAISS.load_local`` of a LangChain FAISS save, only with the user's consent to unpickle."""
-    if not allowed:
-        raise InvalidParameterError(
-            f"{folder} holds a LangChain FAISS save ({index_name}.faiss + {index_name}.pkl). Reading "
-            f"{index_name}.pkl unpickles it, which can run code: if you trust the file, migrate with "
-            "NormRankVectorStore.load_local(folder, embeddings, allow_dangerous_deserialization=True), "
-            "then save_local(folder) to write a normrank store"
-        )
-    try:
-        from langchain_community.vectorstores import FAISS
-    except ImportError as e:
-        raise MissingDependencyError("reading a FAISS save needs: pip install langchain-community") from e
-    faiss_store = FAISS.load_local(str(folder), embeddings, index_name, allow_dangerous_deserialization=True)
-    warnings.warn(
-        f"migrated the LangChain FAISS save in {folder} (its {index_name}.pkl was unpickled because "
-        "allow_dangerous_deserialization=True); call save_local() to keep it as a normrank store",
-        MigrationWarning,
-        stacklevel=4,
+def refuse_faiss_folder(folder: Path, index_name: str) -> NoReturn:
+    """A LangChain FAISS save is never read here: its ``.pkl`` can only be read by unpickling,
+    which normrank never does. The error names the two lines that migrate it in the user's code."""
+    raise FaissSaveError(
+        f"{folder} holds a LangChain FAISS save ({index_name}.faiss + {index_name}.pkl), which normrank "
+        f"does not read: its .pkl is a pickle and normrank never unpickles. If you trust the file, load "
+        f"it with langchain_community (store = FAISS.load_local(folder, embeddings, index_name="
+        f"{index_name!r}, allow_dangerous_deserialization=...)), then migrate it with "
+        "NormRankVectorStore.from_faiss(store) and save_local(folder)"
     )
-    return faiss_store

@@ -27,7 +27,7 @@ from langchain_normrank.faiss_compat import (
     check_faiss_options,
     faiss_constructor_dim,
     faiss_contents,
-    load_faiss_folder,
+    refuse_faiss_folder,
 )
 from langchain_normrank.filters import MetadataFilter, metadata_predicate
 from normrank.errors import InvalidInputError, InvalidParameterError
@@ -478,12 +478,11 @@ class NormRankVectorStore(StoreBacked, VectorStore):
     ) -> NormRankVectorStore:
         """Load a store written by :meth:`save_local`; ``alpha`` overrides the saved default.
 
-        ``allow_dangerous_deserialization`` is accepted for FAISS code and unnecessary here
-        (nothing is unpickled), except to migrate a LangChain FAISS save: a folder holding
-        ``<index_name>.faiss`` and ``<index_name>.pkl`` is read with ``FAISS.load_local`` only when
-        it is ``True`` (``index.pkl`` is a pickle: only for files you trust) and converted with
-        :meth:`from_faiss`. A missing folder raises :class:`~normrank.store.StoreNotFoundError`,
-        which is also a ``FileNotFoundError``.
+        ``allow_dangerous_deserialization`` is accepted for FAISS code and changes nothing: nothing
+        is ever unpickled. A folder holding a LangChain FAISS save (``<index_name>.faiss`` +
+        ``<index_name>.pkl``) is refused with a :class:`FaissSaveError` naming the two lines that
+        migrate it (``FAISS.load_local`` in your code, then :meth:`from_faiss`). A missing folder
+        raises :class:`~normrank.store.StoreNotFoundError`, which is also a ``FileNotFoundError``.
         """
         reject_unknown(
             kwargs, ("index_name", "allow_dangerous_deserialization", "alpha"), "load_local()", _FAISS_HINTS
@@ -495,7 +494,7 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             and (folder / f"{index_name}.faiss").is_file()
             and (folder / f"{index_name}.pkl").is_file()
         ):
-            return cls._migrate_folder(folder, embeddings, index_name, allow_dangerous_deserialization, alpha)
+            refuse_faiss_folder(folder, index_name)
         store = cls(embeddings)
         store._store = KeyedStore.load(
             path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
@@ -513,20 +512,12 @@ class NormRankVectorStore(StoreBacked, VectorStore):
     @classmethod
     def deserialize_from_bytes(cls, serialized: bytes, embeddings: Embeddings, **kwargs: Any) -> NoReturn:
         """Refused, as :meth:`serialize_to_bytes`: bytes from FAISS are a pickle. Migrate a FAISS
-        store with :meth:`from_faiss` (a loaded store) or :meth:`load_local` (a saved folder)."""
+        store with :meth:`from_faiss` once your code has loaded it."""
         raise UnsupportedOperationError(
             "deserialize_from_bytes is not offered (the bytes are a pickle, normrank never unpickles): "
-            "load the FAISS store yourself and call NormRankVectorStore.from_faiss(store), or "
-            "NormRankVectorStore.load_local(folder, embeddings, allow_dangerous_deserialization=True) "
-            "on its saved folder"
+            "load the FAISS store yourself (langchain_community) and call "
+            "NormRankVectorStore.from_faiss(store)"
         )
-
-    @classmethod
-    def _migrate_folder(
-        cls, folder: Path, embeddings: Embeddings, index_name: str, allowed: bool, alpha: float | None
-    ) -> NormRankVectorStore:
-        faiss_store = load_faiss_folder(folder, embeddings, index_name, allowed)
-        return cls.from_faiss(faiss_store, embedding=embeddings, alpha=0.0 if alpha is None else alpha)
 
 
 def _check_record(rec: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_normrank import (
+    FaissSaveError,
     MigrationWarning,
     NormRankVectorStore,
     NormReweightCompressor,
@@ -224,12 +225,13 @@ def test_migrate_from_a_faiss_object_and_folder(emb, vecs, tmp_path):
         new.index.norm_of([new._store._key_of["7"]]), [np.linalg.norm(vecs[7])], rtol=1e-5
     )
     old.save_local(str(tmp_path))
-    with pytest.raises(InvalidParameterError, match="allow_dangerous_deserialization=True"):
-        NormRankVectorStore.load_local(str(tmp_path), emb)
-    with pytest.warns(MigrationWarning, match="unpickled"):
-        loaded = NormRankVectorStore.load_local(
-            str(tmp_path), emb, allow_dangerous_deserialization=True, alpha=-1.0
-        )
+    # normrank never unpickles: a FAISS folder is refused, with or without the flag, naming the
+    # two lines that migrate it in the user's own code
+    for flag in (False, True):
+        with pytest.raises(FaissSaveError, match="from_faiss"):
+            NormRankVectorStore.load_local(str(tmp_path), emb, allow_dangerous_deserialization=flag)
+    mine = faiss_mod.FAISS.load_local(str(tmp_path), emb, allow_dangerous_deserialization=True)
+    loaded = NormRankVectorStore.from_faiss(mine, alpha=-1.0)
     assert [d.id for d in loaded.similarity_search("query 4", k=10)] == [
         d.id for d in new.similarity_search("query 4", k=10)
     ]

@@ -101,7 +101,7 @@ def assert_top(real, got_ids: list[str], want_ids: list[str], scores: np.ndarray
 
 
 def test_saved_raw_faiss_folder_migrates_without_reembedding(real, tmp_path):
-    from langchain_normrank import MigrationWarning, NormRankVectorStore
+    from langchain_normrank import NormRankVectorStore
 
     emb = Recorded(real["table"])
     old = FAISS.from_texts(
@@ -113,8 +113,10 @@ def test_saved_raw_faiss_folder_migrates_without_reembedding(real, tmp_path):
     )
     old.save_local(str(tmp_path))
     emb.embedded = 0
-    with pytest.warns(MigrationWarning, match="unpickled"):
-        new = NormRankVectorStore.load_local(str(tmp_path), emb, allow_dangerous_deserialization=True)
+    # the user reads FAISS's pickle in their own code; normrank only converts the loaded store
+    new = NormRankVectorStore.from_faiss(
+        FAISS.load_local(str(tmp_path), emb, allow_dangerous_deserialization=True)
+    )
     assert emb.embedded == 0 and len(new) == N_DOCS
     for j, query in enumerate(real["queries"]):
         # alpha = 1 is the inner product FAISS ranked by
