@@ -68,7 +68,7 @@ K = 10
 # (on a machine shared with other jobs it leaves out the time the OS ran them instead).
 CLOCK = time.perf_counter
 # --only names. A new section adds its name here and its block in main().
-SECTIONS = ("flat", "ivf", "hnsw", "qdrant")
+SECTIONS = ("flat", "ivf", "hnsw", "qdrant-edge", "qdrant")
 # nq = 1 rows time this many queries one call at a time; fewer would leave recall at the mercy of
 # a few misses (50 queries: one miss is 0.002).
 SINGLE_QUERIES = 100
