@@ -230,7 +230,9 @@ def test_hnsw_parameters_reach_the_engine(tmp_path):
     assert '"m":8' in cfg and '"ef_construct":40' in cfg
     again = QdrantEdgeNormIndex(tmp_path / "h", hnsw_ef=32)
     assert again.shard.info().indexed_vectors_count == 600
-    req = again._request(q[0].tolist(), 10, -1.0, 100, 0, None)
+    req = again._request(q[0].tolist(), 10, -1.0, 100, 0, None)  # the cosine round, no band
+    assert req.params.hnsw_ef == 32 and not req.params.exact
+    req = again._request(q[0].tolist(), 10, -1.0, 100, 5, 1.0)  # with a first band
     assert req.prefetches[0].params.hnsw_ef == 32 and not req.prefetches[0].params.exact
     again.close()
 
@@ -432,3 +434,27 @@ def test_opening_a_shard_written_by_something_else(tmp_path):
     ei.close()
     with pytest.raises(IndexStateError):
         QdrantEdgeNormIndex(tmp_path / "o")
+
+
+@pytest.fixture(scope="module")
+def syn_cosine_first(tmp_path_factory):
+    """The default path (no first band): a cosine round, then the formula over the top-k by id
+    plus whatever band the bound asks for, in one request per query."""
+    x, q = clustered(2000, 16, d=16, seed=3)
+    ids = np.arange(2000, dtype=np.int64) * 3 + 1
+    ref = NormIndex(16)
+    ref.add(x, ids)
+    ei = QdrantEdgeNormIndex(tmp_path_factory.mktemp("cf") / "s", 16, exact=True, k_factor=2)
+    ei.add(x, ids)
+    yield ei, ref, q
+    ei.close()
+
+
+@pytest.mark.parametrize("alpha", [-1.5, -0.75, 0.5, 1.0])
+def test_cosine_first_round_then_formula_is_exact(syn_cosine_first, alpha):
+    ei, ref, q = syn_cosine_first
+    s, ids = ei.search(q, 10, alpha=alpha)
+    assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
+    assert ei.last_widened > 0  # the band path ran too
+    s1, i1 = ei.search(q[5], 10, alpha=alpha)
+    assert_same_top(s1, i1, *ref.search(q[5:6], 10, alpha=alpha))

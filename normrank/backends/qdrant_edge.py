@@ -459,16 +459,26 @@ class QdrantEdgeNormIndex:
         n = self.ntotal
         if t >= n:
             return n, None
-        base = self._order(1 if alpha > 0 else -1)[1]
-        edge = float(base[t])
-        size = int(
-            np.searchsorted(-base, -edge, "left") if alpha > 0 else np.searchsorted(base, edge, "left")
-        )
-        return size, edge
+        sign = 1 if alpha > 0 else -1
+        key = ("band", sign, t)  # a query asks for the same few bands again and again
+        got = self._derived.get(key)
+        if got is None:
+            base = self._order(sign)[1]
+            edge = float(base[t])
+            size = int(
+                np.searchsorted(-base, -edge, "left") if sign > 0 else np.searchsorted(base, edge, "left")
+            )
+            got = self._derived[key] = (size, edge)
+        return got
 
     def _search_params(self) -> Any:
-        qe = _qe()
-        return qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
+        key = ("params", self.exact, self.hnsw_ef)  # hnsw_ef may be changed between searches
+        got = self._derived.get(key)
+        if got is None:
+            qe = _qe()
+            got = qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
+            self._derived[key] = got
+        return got
 
     def _weight_expr(self, alpha: float) -> Any:
         """``key ** alpha``, built once per (key, alpha): expressions are immutable values."""
@@ -482,15 +492,19 @@ class QdrantEdgeNormIndex:
     def _request(
         self, vec: list[float], k: int, alpha: float, depth: int, band: int, edge: float | None
     ) -> Any:
-        """First round: the ``depth`` best cosines and the first band (whole, reduced to its
-        top-k in the engine), scored by the formula; ``depth + k`` points come back."""
+        """First round. Without a first band (``band == 0``, the default): the ``depth`` best
+        cosines, a plain nearest query (the formula comes in the last round, over the points
+        that can make the top-k: run here over the whole depth it cost a third of a plain
+        query). With one: those cosines and the band (whole, reduced to its top-k in the
+        engine), scored by the formula; ``depth + k`` points come back."""
         qe = _qe()
-        ex = qe.Expression
         params = self._search_params()
-        if alpha == 0:
-            return qe.QueryRequest(limit=k, query=qe.Query.Nearest(vec), params=params)
-        weight = self._weight_expr(alpha)
+        if alpha == 0 or not band:
+            return qe.QueryRequest(
+                limit=k if alpha == 0 else depth, query=qe.Query.Nearest(vec), params=params
+            )
         prefetch = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vec), params=params)]
+        inner, formula = self._first_formulas(alpha, bool(band))
         if band:
             scan = qe.Prefetch(
                 limit=band,
@@ -498,16 +512,26 @@ class QdrantEdgeNormIndex:
                 filter=self._band_filter(alpha, edge),
                 params=qe.SearchParams(exact=True),
             )
-            prefetch.append(
-                qe.Prefetch(
-                    limit=k, query=qe.Formula(ex.Mult([ex.Variable("$score"), weight])), prefetches=[scan]
-                )
-            )
-        score = ex.Mult([ex.Variable("$score[0]"), weight])
-        if band:
-            score = ex.Max([score, ex.Variable("$score[1]")])
-        formula = qe.Formula(score, defaults={"$score[0]": _MISSING_COS, "$score[1]": _MISSING_SCORE})
+            prefetch.append(qe.Prefetch(limit=k, query=inner, prefetches=[scan]))
         return qe.QueryRequest(limit=depth + k, query=formula, prefetches=prefetch)
+
+    def _first_formulas(self, alpha: float, band: bool) -> tuple[Any, Any]:
+        """``(the band's formula, the union's formula)`` of the first round, built once per
+        alpha: Python's share of a single query is mostly building request objects."""
+        key = ("f1", self._key(), alpha, band)
+        got = self._derived.get(key)
+        if got is None:
+            qe = _qe()
+            ex = qe.Expression
+            weight = self._weight_expr(alpha)
+            score = ex.Mult([ex.Variable("$score[0]"), weight])
+            if band:
+                score = ex.Max([score, ex.Variable("$score[1]")])
+            got = self._derived[key] = (
+                qe.Formula(ex.Mult([ex.Variable("$score"), weight])),
+                qe.Formula(score, defaults={"$score[0]": _MISSING_COS, "$score[1]": _MISSING_SCORE}),
+            )
+        return got
 
     def _ranges(self, alpha: float, first: tuple[int, float | None], need: int) -> list[list]:
         """The part of the widened band (weight order, from the first band's end to ``need``)
@@ -533,16 +557,32 @@ class QdrantEdgeNormIndex:
         return out
 
     def _widening_request(
-        self, vec: list[float], k: int, alpha: float, ranges: list[list], kth: float
+        self,
+        vec: list[float],
+        k: int,
+        alpha: float,
+        ranges: list[list],
+        kth: float,
+        rescore: list[int] | None = None,
     ) -> Any:
         """Second round: each range of the widened band, by cosine, only its points with
         cosine >= ``kth / w_max`` (``w_max``: the range's largest weight; the others score
         below the k-th score found already), at most its ``limit``, scored by the formula.
         Exact when the engine scans (exact search, or a range below the HNSW full-scan
-        threshold); through the filtered HNSW graph otherwise."""
+        threshold); through the filtered HNSW graph otherwise. ``rescore``: ids of the first
+        round's top-k (found by cosine alone), fetched by id so that the formula scores them too."""
         qe = _qe()
         ex = qe.Expression
         prefetch = []
+        if rescore:
+            prefetch.append(
+                qe.Prefetch(
+                    limit=len(rescore),
+                    query=qe.Query.Nearest(vec),
+                    filter=qe.Filter(must=[qe.HasIdCondition(set(rescore))]),
+                    params=qe.SearchParams(exact=True),
+                )
+            )
         for _size, edge, inner, w_max, _rank, limit in ranges:
             # (A hair low, against float32 rounding; none for kth <= 0, where a negative cosine
             # times a small weight can still reach it.)
@@ -556,12 +596,16 @@ class QdrantEdgeNormIndex:
                     score_threshold=threshold,
                 )
             )
-        names = [f"$score[{j}]" for j in range(len(prefetch))]
-        cos = ex.Max([ex.Variable(v) for v in names]) if len(names) > 1 else ex.Variable("$score")
-        formula = qe.Formula(
-            ex.Mult([cos, self._weight_expr(alpha)]), defaults=dict.fromkeys(names, _MISSING_COS)
-        )
-        return qe.QueryRequest(limit=sum(r[5] for r in ranges), query=formula, prefetches=prefetch)
+        key = ("f2", self._key(), alpha, len(prefetch))
+        formula = self._derived.get(key)
+        if formula is None:
+            names = [f"$score[{j}]" for j in range(len(prefetch))]
+            cos = ex.Max([ex.Variable(v) for v in names]) if len(names) > 1 else ex.Variable("$score")
+            formula = self._derived[key] = qe.Formula(
+                ex.Mult([cos, self._weight_expr(alpha)]), defaults=dict.fromkeys(names, _MISSING_COS)
+            )
+        limit = sum(r[5] for r in ranges) + (len(rescore) if rescore else 0)
+        return qe.QueryRequest(limit=limit, query=formula, prefetches=prefetch)
 
     def _rank(self, sign: int) -> np.ndarray:
         """Weight-order rank of each storage position."""
@@ -572,23 +616,30 @@ class QdrantEdgeNormIndex:
             got[order] = np.arange(order.size)
         return got
 
-    def _widen(self, vecs, k, alphas, wide, scores, ids) -> None:
-        """Second round for the queries in ``wide`` (query -> ranges). A range that returns its
-        whole ``limit`` may hold more points above its threshold: those have cosine at most the
-        last one returned, so unless the k-th score already beats that times the range's
-        ``w_max``, the range is asked again, twice as deep."""
+    def _widen(self, vecs, k, alphas, wide, scores, ids, rescore=None) -> None:
+        """Second round for the queries in ``wide`` (query -> ranges, possibly none). A range
+        that returns its whole ``limit`` may hold more points above its threshold: those have
+        cosine at most the last one returned, so unless the k-th score already beats that times
+        the range's ``w_max``, the range is asked again, twice as deep. ``rescore`` (query ->
+        ids): rows whose scores were computed here from cosines, replaced by the engine's
+        formula scores in the first pass."""
         pending = dict(wide)
+        rescore = rescore or {}
         while pending:
             order = list(pending)
             reqs = [
-                self._widening_request(vecs[i], k, float(alphas[i]), pending[i], float(scores[i, -1]))
+                self._widening_request(
+                    vecs[i], k, float(alphas[i]), pending[i], float(scores[i, -1]), rescore.get(i)
+                )
                 for i in order
             ]
             nxt = {}
             for i, pts in zip(order, self._query(reqs), strict=True):
+                if i in rescore:  # every point of the row comes back with the engine's score
+                    scores[i], ids[i] = -np.inf, -1
                 _merge_into(scores[i], ids[i], pts)
                 ranges = pending[i]
-                if not any(len(pts) >= r[5] and r[5] < r[0] for r in ranges):
+                if not any(len(pts) >= r[5] and r[5] < r[0] for r in ranges):  # (false if none)
                     continue  # no range returned its whole limit (the usual case)
                 a = float(alphas[i])
                 pos = self._lookup()(np.array([int(p.id) for p in pts], dtype=np.int64))
@@ -608,7 +659,7 @@ class QdrantEdgeNormIndex:
                         again.append([*r[:5], min(size, 2 * limit)])
                 if again:
                     nxt[i] = again
-            pending = nxt
+            pending, rescore = nxt, {}
 
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
@@ -633,20 +684,40 @@ class QdrantEdgeNormIndex:
             results = self._query(
                 [self._request(vecs[i], k, float(alphas[i]), depth, *bands[i]) for i in range(nq)]
             )
-            wide = {}
+            wide, rescore = {}, {}
             for i, pts in enumerate(results):
-                got = pts[:k]
-                scores[i, : len(got)] = [p.score for p in got]
-                ids[i, : len(got)] = [int(p.id) for p in got]
                 a = float(alphas[i])
-                need = None if a == 0 else self._band_needed(pts, k, a, depth, trust, bands[i][0])
+                pid = np.fromiter((p.id for p in pts), dtype=np.int64, count=len(pts))
+                ps = np.fromiter((p.score for p in pts), dtype=np.float64, count=len(pts))
+                if a == 0:
+                    scores[i, : len(pts)], ids[i, : len(pts)] = ps, pid
+                    continue
+                pos = self._lookup()(pid)
+                if (pos < 0).any():
+                    raise IndexStateError(
+                        "Qdrant Edge returned ids this index does not hold (written elsewhere?)"
+                    )
+                w = self._base()[pos].astype(np.float64) ** a
+                if bands[i][0]:  # formula scores (sorted); their cosines recovered
+                    s, cos = ps, ps / w
+                else:  # cosines (sorted); the scores the formula will give them, for the bound
+                    s, cos = ps * w, ps
+                    top = np.argsort(-s, kind="stable")[:k]
+                    s = s[top]
+                    rescore[i] = pid[top].tolist()
+                    pid = pid[top]
+                scores[i, : min(k, s.size)], ids[i, : min(k, s.size)] = s[:k], pid[:k]
+                need = self._band_needed(cos, s, k, a, depth, trust, bands[i][0])
                 if need is not None:
                     wide[i] = self._ranges(a, bands[i], need)
+                elif i in rescore:
+                    wide[i] = []  # only the formula over the top-k
+            self.last_widened = sum(1 for r in wide.values() if r)
             if wide:
                 # The bound holds with the widened band (the k-th score can only rise): one more
-                # round, for the queries that need it, over the part of the band not yet seen.
-                self.last_widened = len(wide)
-                self._widen(vecs, k, alphas, wide, scores, ids)
+                # round, for the queries that need it, over the part of the band not yet seen,
+                # with the engine's formula over everything that can make the top-k.
+                self._widen(vecs, k, alphas, wide, scores, ids, rescore)
         return scores, ids
 
     def _query(self, reqs: list[Any]) -> list[list[Any]]:
@@ -658,22 +729,20 @@ class QdrantEdgeNormIndex:
         except (RuntimeError, ValueError) as e:
             raise IndexStateError(f"Qdrant Edge query failed: {e}") from e
 
-    def _band_needed(self, pts: list, k: int, alpha: float, depth: int, trust: int, band: int) -> int | None:
+    def _band_needed(
+        self, cos: np.ndarray, s: np.ndarray, k: int, alpha: float, depth: int, trust: int, band: int
+    ) -> int | None:
         """None when the bound holds; otherwise how many documents, in weight order, the band
         must hold for it to (:func:`normrank.ann.scan_needed`).
 
-        ``pts`` are the ``depth`` best cosines and the band's top-``k``. Their cosines are
-        recovered from the scores and the mirrored weights; the ``trust``-th largest of them is at
-        least the ``trust``-th of the cosine prefetch, so bounding with it is safe."""
+        ``cos`` are the cosines of the first round's points (the ``depth`` best, and the band's
+        top-``k`` if one was fetched), ``s`` its top scores in decreasing order; the ``trust``-th
+        largest cosine is at least the ``trust``-th of the cosine prefetch, so bounding with it
+        is safe."""
         n = self.ntotal
         if band >= n or depth >= n:  # every point was fetched
             return None
-        pos = self._lookup()(np.array([int(p.id) for p in pts], dtype=np.int64))
-        if (pos < 0).any():
-            raise IndexStateError("Qdrant Edge returned ids this index does not hold (written elsewhere?)")
-        s = np.array([p.score for p in pts], dtype=np.float64)
-        w = self._base()[pos].astype(np.float64) ** alpha
-        cos = np.sort(s / w)[::-1]
+        cos = np.sort(cos)[::-1]
         if cos.size < trust:  # fewer points than the shard holds came back: scan them all
             return n
         c_trust = cos[trust - 1]
