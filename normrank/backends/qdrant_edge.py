@@ -255,6 +255,13 @@ class QdrantEdgeNormIndex:
             got = self._derived[("w", alpha)] = (w, -w)
         return got
 
+    def _powered(self, alpha: float) -> np.ndarray:
+        """Each stored point's weight ``base ** alpha`` (float64, storage order), per alpha."""
+        got = self._derived.get(("pow", alpha))
+        if got is None:
+            got = self._derived[("pow", alpha)] = self._base().astype(np.float64) ** alpha
+        return got
+
     def _lookup(self) -> IdLookup:
         got = self._derived.get("lookup")
         if got is None:
@@ -592,7 +599,7 @@ class QdrantEdgeNormIndex:
                     limit=limit,
                     query=qe.Query.Nearest(vec),
                     filter=self._band_filter(alpha, edge, inner=inner),
-                    params=self._search_params(),
+                    params=_qe().SearchParams(exact=True),
                     score_threshold=threshold,
                 )
             )
@@ -635,9 +642,15 @@ class QdrantEdgeNormIndex:
             ]
             nxt = {}
             for i, pts in zip(order, self._query(reqs), strict=True):
-                if i in rescore:  # every point of the row comes back with the engine's score
+                if i in rescore:
+                    # Every point of the row comes back with the engine's score, and the engine
+                    # sorts by it: the row is the first k.
+                    m = min(k, len(pts))
                     scores[i], ids[i] = -np.inf, -1
-                _merge_into(scores[i], ids[i], pts)
+                    scores[i, :m] = [p.score for p in pts[:m]]
+                    ids[i, :m] = [p.id for p in pts[:m]]
+                else:
+                    _merge_into(scores[i], ids[i], pts)
                 ranges = pending[i]
                 if not any(len(pts) >= r[5] and r[5] < r[0] for r in ranges):  # (false if none)
                     continue  # no range returned its whole limit (the usual case)
@@ -697,9 +710,9 @@ class QdrantEdgeNormIndex:
                     raise IndexStateError(
                         "Qdrant Edge returned ids this index does not hold (written elsewhere?)"
                     )
-                w = self._base()[pos].astype(np.float64) ** a
+                w = self._powered(a)[pos]
                 if bands[i][0]:  # formula scores (sorted); their cosines recovered
-                    s, cos = ps, ps / w
+                    s, cos = ps, np.sort(ps / w)[::-1]
                 else:  # cosines (sorted); the scores the formula will give them, for the bound
                     s, cos = ps * w, ps
                     top = np.argsort(-s, kind="stable")[:k]
@@ -735,14 +748,13 @@ class QdrantEdgeNormIndex:
         """None when the bound holds; otherwise how many documents, in weight order, the band
         must hold for it to (:func:`normrank.ann.scan_needed`).
 
-        ``cos`` are the cosines of the first round's points (the ``depth`` best, and the band's
-        top-``k`` if one was fetched), ``s`` its top scores in decreasing order; the ``trust``-th
+        ``cos`` are the cosines of the first round's points in decreasing order (the ``depth``
+        best, and the band's top-``k`` if one was fetched), ``s`` its top scores, likewise; the ``trust``-th
         largest cosine is at least the ``trust``-th of the cosine prefetch, so bounding with it
         is safe."""
         n = self.ntotal
         if band >= n or depth >= n:  # every point was fetched
             return None
-        cos = np.sort(cos)[::-1]
         if cos.size < trust:  # fewer points than the shard holds came back: scan them all
             return n
         c_trust = cos[trust - 1]
