@@ -4,7 +4,7 @@ same run. Not a test.
 
 Per dataset (real MiniLM BEIR embeddings; a >= 100k set generated to match them) one shard is
 built (m = 16, ef_construct = 100, Qdrant's defaults) and kept in ``$NORMRANK_CACHE/bench-edge``
-so that a re-run does not rebuild its graph. ``hnsw_ef`` is the narrowest of 64/128/256/512 at
+so that a re-run does not rebuild its graph. ``hnsw_ef`` is the narrowest of 64/128/.../1024 at
 which the plain query's cosine recall@10 reaches 0.995 (as the FAISS HNSW rows choose
 efSearch). Both sides run on one search thread (``max_search_threads=1``). Timing alternates the
 two sides within each repetition (their order flips every repetition); rows give the median
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-EF_LADDER = (64, 128, 256, 512)
+EF_LADDER = (64, 128, 256, 512, 1024)
 BATCH = 100
 
 

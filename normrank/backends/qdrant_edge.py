@@ -599,7 +599,7 @@ class QdrantEdgeNormIndex:
                     limit=limit,
                     query=qe.Query.Nearest(vec),
                     filter=self._band_filter(alpha, edge, inner=inner),
-                    params=_qe().SearchParams(exact=True),
+                    params=self._search_params(),
                     score_threshold=threshold,
                 )
             )
