@@ -230,10 +230,8 @@ def test_hnsw_parameters_reach_the_engine(tmp_path):
     assert '"m":8' in cfg and '"ef_construct":40' in cfg
     again = QdrantEdgeNormIndex(tmp_path / "h", hnsw_ef=32)
     assert again.shard.info().indexed_vectors_count == 600
-    req = again._request(q[0].tolist(), 10, -1.0, 100, 0, None)  # the cosine round, no band
-    assert req.params.hnsw_ef == 32 and not req.params.exact
-    req = again._request(q[0].tolist(), 10, -1.0, 100, 5, 1.0)  # with a first band
-    assert req.prefetches[0].params.hnsw_ef == 32 and not req.prefetches[0].params.exact
+    for req in (again._request(q[0].tolist(), 10, -1.0, 100), again._band_request(q[0].tolist(), -1.0, 1.0)):
+        assert req.params.hnsw_ef == 32 and not req.params.exact
     again.close()
 
 
@@ -444,7 +442,7 @@ def syn_cosine_first(tmp_path_factory):
     ids = np.arange(2000, dtype=np.int64) * 3 + 1
     ref = NormIndex(16)
     ref.add(x, ids)
-    ei = QdrantEdgeNormIndex(tmp_path_factory.mktemp("cf") / "s", 16, exact=True, k_factor=2)
+    ei = QdrantEdgeNormIndex(tmp_path_factory.mktemp("cf") / "s", 16, exact=True, k_factor=2, n_tail=0)
     ei.add(x, ids)
     yield ei, ref, q
     ei.close()
@@ -458,3 +456,20 @@ def test_cosine_first_round_then_formula_is_exact(syn_cosine_first, alpha):
     assert ei.last_widened > 0  # the band path ran too
     s1, i1 = ei.search(q[5], 10, alpha=alpha)
     assert_same_top(s1, i1, *ref.search(q[5:6], 10, alpha=alpha))
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_first_band_seen_in_part_is_searched_again(syn_cosine_first, alpha, monkeypatch):
+    """The first band returns only its best cosines (here 3 of 300): where the bound does not
+    clear the rest, the band is searched again with the ranges of the second round."""
+    from normrank.backends import qdrant_edge
+
+    ei, ref, q = syn_cosine_first
+    monkeypatch.setattr(qdrant_edge, "_FIRST_LIMIT", 3)
+    monkeypatch.setattr(ei, "n_tail", 300)
+    reqs = []
+    query = QdrantEdgeNormIndex._query
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: reqs.append(r) or query(self, r))
+    s, ids = ei.search(q, 10, alpha=alpha)
+    assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
+    assert len(reqs[0]) == 2 * q.shape[0]  # each query's cosine request and its band's

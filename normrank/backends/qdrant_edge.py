@@ -66,9 +66,10 @@ _WEIGHT = "weight"  # custom weights (set_weights) live beside the norm, with th
 _CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into the shard folder
 _SCROLL_PAGE = 4096
 _MISSING_COS = -2.0  # below any cosine: the default score of a point a prefetch did not return
-_MISSING_SCORE = -3.4e38
 # Points of each range of a widened band returned in its first request (doubled while needed).
 _PART_LIMIT = 64
+# Points of the first band returned in the first round (its best cosines).
+_FIRST_LIMIT = 64
 # A widened band is searched in ranges of weights within this ratio (at most _MAX_RANGES).
 _RANGE_RATIO = 1.25
 _MAX_RANGES = 6
@@ -133,7 +134,7 @@ class QdrantEdgeNormIndex:
         hnsw_ef: int = 128,
         exact: bool = False,
         k_factor: int = 10,
-        n_tail: int | None = 0,
+        n_tail: int | None = None,
         indexing_threshold_kb: int | None = None,
         max_search_threads: int | None = None,
     ) -> None:
@@ -496,49 +497,28 @@ class QdrantEdgeNormIndex:
             got = self._derived[key] = ex.Pow(ex.Variable(self._key()), ex.Constant(alpha))
         return got
 
-    def _request(
-        self, vec: list[float], k: int, alpha: float, depth: int, band: int, edge: float | None
-    ) -> Any:
-        """First round. Without a first band (``band == 0``, the default): the ``depth`` best
-        cosines, a plain nearest query (the formula comes in the last round, over the points
-        that can make the top-k: run here over the whole depth it cost a third of a plain
-        query). With one: those cosines and the band (whole, reduced to its top-k in the
-        engine), scored by the formula; ``depth + k`` points come back."""
+    def _request(self, vec: list[float], k: int, alpha: float, depth: int) -> Any:
+        """First round, by cosine alone: the ``depth`` best (``k`` at alpha = 0, where that is
+        the answer). The formula comes in the last round, over the points that can make the
+        top-k: run here over the whole depth it cost a third of a plain query (27k real
+        MiniLM embeddings, hnsw_ef 1024)."""
         qe = _qe()
-        params = self._search_params()
-        if alpha == 0 or not band:
-            return qe.QueryRequest(
-                limit=k if alpha == 0 else depth, query=qe.Query.Nearest(vec), params=params
-            )
-        prefetch = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vec), params=params)]
-        inner, formula = self._first_formulas(alpha, bool(band))
-        if band:
-            scan = qe.Prefetch(
-                limit=band,
-                query=qe.Query.Nearest(vec),
-                filter=self._band_filter(alpha, edge),
-                params=qe.SearchParams(exact=True),
-            )
-            prefetch.append(qe.Prefetch(limit=k, query=inner, prefetches=[scan]))
-        return qe.QueryRequest(limit=depth + k, query=formula, prefetches=prefetch)
+        return qe.QueryRequest(
+            limit=k if alpha == 0 else depth, query=qe.Query.Nearest(vec), params=self._search_params()
+        )
 
-    def _first_formulas(self, alpha: float, band: bool) -> tuple[Any, Any]:
-        """``(the band's formula, the union's formula)`` of the first round, built once per
-        alpha: Python's share of a single query is mostly building request objects."""
-        key = ("f1", self._key(), alpha, band)
-        got = self._derived.get(key)
-        if got is None:
-            qe = _qe()
-            ex = qe.Expression
-            weight = self._weight_expr(alpha)
-            score = ex.Mult([ex.Variable("$score[0]"), weight])
-            if band:
-                score = ex.Max([score, ex.Variable("$score[1]")])
-            got = self._derived[key] = (
-                qe.Formula(ex.Mult([ex.Variable("$score"), weight])),
-                qe.Formula(score, defaults={"$score[0]": _MISSING_COS, "$score[1]": _MISSING_SCORE}),
-            )
-        return got
+    def _band_request(self, vec: list[float], alpha: float, edge: float | None) -> Any:
+        """First round, sent with :meth:`_request`: the ``_FIRST_LIMIT`` best cosines of the first
+        band (the engine scans a band below its full-scan threshold exactly). Its best scores
+        raise the k-th score, which shrinks the band the bound asks for (100k MiniLM-like
+        vectors, alpha = 1: by half)."""
+        qe = _qe()
+        return qe.QueryRequest(
+            limit=_FIRST_LIMIT,
+            query=qe.Query.Nearest(vec),
+            filter=self._band_filter(alpha, edge),
+            params=self._search_params(),
+        )
 
     def _ranges(self, alpha: float, first: tuple[int, float | None], need: int) -> list[list]:
         """The part of the widened band (weight order, from the first band's end to ``need``)
@@ -694,37 +674,47 @@ class QdrantEdgeNormIndex:
             t0 = first_band(n, params, self.n_tail)
             vecs = unit_q.tolist()
             bands = [self._band(float(a), t0) if a != 0 else (0, None) for a in alphas]
-            results = self._query(
-                [self._request(vecs[i], k, float(alphas[i]), depth, *bands[i]) for i in range(nq)]
-            )
-            wide, rescore = {}, {}
-            for i, pts in enumerate(results):
+            reqs, band_at = [], {}
+            for i in range(nq):
                 a = float(alphas[i])
-                pid = np.fromiter((p.id for p in pts), dtype=np.int64, count=len(pts))
-                ps = np.fromiter((p.score for p in pts), dtype=np.float64, count=len(pts))
+                reqs.append(self._request(vecs[i], k, a, depth))
+                if bands[i][0] and a != 0:
+                    band_at[i] = len(reqs)
+                    reqs.append(self._band_request(vecs[i], a, bands[i][1]))
+            results = self._query(reqs)
+            wide, rescore = {}, {}
+            at = 0
+            for i in range(nq):
+                a = float(alphas[i])
+                pts = results[at]
+                at += 1 + (i in band_at)
                 if a == 0:
-                    scores[i, : len(pts)], ids[i, : len(pts)] = ps, pid
+                    scores[i, : len(pts)] = [p.score for p in pts]
+                    ids[i, : len(pts)] = [p.id for p in pts]
                     continue
+                bpts = results[band_at[i]] if i in band_at else []
+                pid = np.fromiter((p.id for p in itertools.chain(pts, bpts)), np.int64, len(pts) + len(bpts))
+                cs = np.fromiter((p.score for p in itertools.chain(pts, bpts)), np.float64, pid.size)
                 pos = self._lookup()(pid)
                 if (pos < 0).any():
                     raise IndexStateError(
                         "Qdrant Edge returned ids this index does not hold (written elsewhere?)"
                     )
-                w = self._powered(a)[pos]
-                if bands[i][0]:  # formula scores (sorted); their cosines recovered
-                    s, cos = ps, np.sort(ps / w)[::-1]
-                else:  # cosines (sorted); the scores the formula will give them, for the bound
-                    s, cos = ps * w, ps
-                    top = np.argsort(-s, kind="stable")[:k]
-                    s = s[top]
-                    rescore[i] = pid[top].tolist()
-                    pid = pid[top]
-                scores[i, : min(k, s.size)], ids[i, : min(k, s.size)] = s[:k], pid[:k]
-                need = self._band_needed(cos, s, k, a, depth, trust, bands[i][0])
-                if need is not None:
-                    wide[i] = self._ranges(a, bands[i], need)
-                elif i in rescore:
-                    wide[i] = []  # only the formula over the top-k
+                # The scores the formula will give them (the engine's come in the last round).
+                sc = cs * self._powered(a)[pos]
+                pid, sc = _top_unique(pid, sc, k)
+                rescore[i] = pid.tolist()
+                scores[i, : sc.size], ids[i, : sc.size] = sc, pid
+                first = bands[i]
+                if bpts and len(bpts) >= _FIRST_LIMIT and first[0] > len(bpts):
+                    # The band's points below its last cosine were not seen: unless the bound
+                    # clears them, the band is searched again in the second round.
+                    w_sorted = self._sorted_weights(a)[0]
+                    kth = float(sc[k - 1]) if sc.size >= k else -np.inf
+                    if not bound_holds(kth, float(bpts[-1].score), float(w_sorted[0]), float(w_sorted[-1])):
+                        first = (0, None)
+                need = self._band_needed(cs[: len(pts)], sc, k, a, depth, trust, first[0])
+                wide[i] = [] if need is None else self._ranges(a, first, need)
             self.last_widened = sum(1 for r in wide.values() if r)
             if wide:
                 # The bound holds with the widened band (the k-th score can only rise): one more
@@ -763,6 +753,17 @@ class QdrantEdgeNormIndex:
         kth_safe = np.array([kth - SCORE_RTOL * abs(kth)])
         need = int(scan_needed(kth_safe, np.array([c_trust]), neg_w, float(w_sorted[-1]))[0])
         return None if need <= band else need
+
+
+def _top_unique(pid: np.ndarray, sc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best ``(ids, scores)`` in decreasing score, each id once (a first band's point
+    may also be among the best cosines)."""
+    order = np.argsort(-sc, kind="stable")
+    pid, sc = pid[order], sc[order]
+    if np.unique(pid).size < pid.size:
+        keep = np.sort(np.unique(pid, return_index=True)[1])
+        pid, sc = pid[keep], sc[keep]
+    return pid[:k], sc[:k]
 
 
 def _merge_into(scores: np.ndarray, ids: np.ndarray, pts: list) -> None:
