@@ -6,21 +6,26 @@ in a cosine shard, the raw norm in each point's payload (``"norm"``, with a floa
 method is that of :mod:`normrank.ann` and the client backend: a band of extreme norms on the
 side alpha favours, searched exactly, plus the best cosines of the rest, until the bound
 (:func:`normrank.ann.unseen_bound`) proves that nothing unseen can beat the k-th score. Every
-score is computed by the engine's formula ``$score * norm**alpha``. Per query (sent together
-with ``query_batch``):
+returned score is computed by the engine's formula ``$score * norm**alpha``. Per query (all
+queries' requests of a round go in one ``query_batch``):
 
-1. **First round**: the ``depth`` best cosines (HNSW at ``hnsw_ef``, or exact) and, if
-   ``n_tail`` asks for one, a first band (norm-range filter, exact scan, reduced to its top-k
-   in the engine), scored by the formula. ``depth + k`` points come back.
-2. The bound: with ``c_T`` the cosine at the trusted rank and ``kth`` the k-th score, the band
-   must hold every document whose weight could lift ``c_T`` past ``kth``:
+1. **First round**, by cosine alone (no formula: the engine's formula costs about a
+   microsecond per point, so it runs once, in the last round, over the few points that can
+   make the top-k): the ``depth`` best cosines (HNSW at ``hnsw_ef``, or exact) and the
+   ``_FIRST_LIMIT`` best cosines of the first band (``n_tail``; by default the first band of
+   :mod:`normrank.ann`, scanned exactly by the engine). Their scores are computed here from
+   the mirrored norms, only to choose what to ask for next.
+2. The bound: with ``c_T`` the cosine at the trusted rank and ``kth`` the k-th of those
+   scores, the band must hold every document whose weight could lift ``c_T`` past ``kth``:
    :func:`normrank.ann.scan_needed` over the sorted weights (norms are mirrored in memory,
-   read from the shard when it is opened, so no count query is needed).
-3. **Second round**, for the queries that need it: the rest of that band, cut into ranges of
-   similar weight, each searched by cosine with the threshold ``kth / w_max`` of its range
-   (its other points score below the k-th score already) and a small limit, doubled while a
-   range comes back full and its own bound does not hold. The engine's cost grows with a
-   prefetch's limit, so thresholds and small limits are what keep this round cheap.
+   read from the shard when it is opened, so no count query is needed). The first band counts
+   as seen only if the bound clears its points below the last cosine it returned.
+3. **Last round**, one request per query: the formula over the first round's top-k (fetched
+   by id) and, where the bound asks for more, the rest of the band, cut into ranges of similar
+   weight, each searched by cosine with the threshold ``kth / w_max`` of its range (its other
+   points score below the k-th score already) and a small limit, doubled (one more request)
+   while a range comes back full and its own bound does not hold. The engine's cost grows
+   with a prefetch's limit, so thresholds and small limits are what keep this round cheap.
 
 Exactness: with ``exact=True`` the ranking is exact. With HNSW it is exact up to what the
 graph returns (the trusted cosine prefetch; ranges above Qdrant's full-scan threshold are
@@ -106,11 +111,11 @@ class QdrantEdgeNormIndex:
         exact: search with ``SearchParams(exact=True)`` (brute force in the engine): the
             ranking is then exact.
         k_factor: the cosine prefetch is at least ``k * k_factor`` deep.
-        n_tail: size of the first extreme-norm band, prefetched whole with every query.
-            ``0`` (default): none; each query's bound sets its band, searched in a second
-            round with cosine thresholds, which costs the engine less than a blind band does
-            (measured in docs/qdrant.md). ``None``: the first band of :mod:`normrank.ann`
-            (:func:`normrank.backends.norm_band.first_band`).
+        n_tail: size of the first extreme-norm band, whose best cosines are asked with every
+            query's first round. ``None`` (default): the first band of :mod:`normrank.ann`
+            (:func:`normrank.backends.norm_band.first_band`); ``0``: none (cheaper where the
+            bound rarely needs a band, as at alpha < 0 on 27k real MiniLM embeddings; dearer
+            where it needs a wide one; docs/qdrant.md).
         indexing_threshold_kb: segments above this size get an HNSW graph when
             :meth:`optimize` runs (Qdrant's default 10,000 KB when None).
         max_search_threads: the engine's search thread pool (default: from the CPU count).
