@@ -5,15 +5,14 @@ Permutation ``j`` gives document ``i`` the norm of document ``perms[j, i]``
 through the same α grid and the same folds as the real norm. The p-value is the usual
 ``(1 + #{null gain >= real gain}) / (K + 1)``.
 
-Fast because only the weights change, never the cosines. Each (permutation, α) is ranked among
-the real run's cosine top-C candidates (C = 100) plus the m documents that this permutation
-gives the largest weights ``w**α`` (m sized per α: enough for 99% of the rows to beat the bound,
-at most 1024; 0 where the candidates settle it). Any other document has a cosine <= the C-th and
-a weight <= the (m+1)-th largest, so when more than 10 of those scores beat that bound, their top-10
-IS the exact top-10; the (permutation, α, query) triples where it is not are ranked again over
-all documents. Equal scores are ranked by document position; which of two documents tied
-bit-for-bit at exactly the 10th place is kept is left to ``argpartition`` (a tie that real-valued
-permuted norms do not produce).
+Fast because only the weights change, never the cosines, and because NDCG@10 needs only the
+rank of each judged-relevant document, and only when it is at most 10 (:class:`RelevantRanks`):
+that rank is 1 + the number of documents scoring above it (equal scores: lower position first,
+the sweep's total order). The documents counted are the real run's cosine top-C candidates
+(C = 100), compared for all K permutations in one array pass per α, plus, for a relevant
+document that the candidates leave in the top 10, the few others whose weight could lift a
+cosine <= the C-th above its score (at most :data:`HIGH_WEIGHT_DOCS`; more, or a score <= 0, and
+that one (permutation, α, document) is counted over all documents). Exact, ties included.
 """
 
 from __future__ import annotations
@@ -26,13 +25,14 @@ from normrank.settings import CV_METRIC
 from normrank.sweep.metrics import QrelsMatrix
 from normrank.sweep.selection import cv_choose_many
 
-__all__ = ["NULL_CANDIDATES", "NULL_DEPTH", "permutation_null", "permutations"]
+__all__ = ["HIGH_WEIGHT_DOCS", "NULL_CANDIDATES", "NULL_DEPTH", "RelevantRanks", "permutation_null", "permutations"]
 
 NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric (NDCG@10)
 # The sweep ranks the cosine run at least this deep when the null runs: its candidates.
 NULL_CANDIDATES = 100
-HIGH_WEIGHT_DOCS = 1024  # at most, per permutation and sign of α, scored exactly beside the candidates
-_CHUNK_SCORES = 1 << 22  # (permutations x queries x candidates) floats per chunk
+HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
+_CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
+_PAIR_CHUNK = 1 << 16  # (query, document) cosines computed at once when the matrix is not kept
 
 
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
@@ -40,18 +40,158 @@ def permutations(n: int, k: int, seed: int) -> np.ndarray:
     return np.stack([np.random.default_rng([seed, j]).permutation(n) for j in range(k)]).reshape(k, n)
 
 
-def _ndcg_top(rel: np.ndarray, idcg: np.ndarray) -> np.ndarray:
-    disc = 1.0 / np.log2(np.arange(2, rel.shape[-1] + 2))
-    dcg = rel @ disc
-    return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+class RelevantRanks:
+    """NDCG@10 of ``cos(q, d) * w[d]`` for many weightings ``w``, from the ranks of the relevant
+    documents alone (module docstring). Scores are float32 products ``cos * w`` exactly as the
+    sweep ranks them, so the values equal a full ranking's.
 
+    Args:
+        qm: the judgements. cand_pos, cand_cos: (nq, C) the cosine top-C (-1 padded when n < C).
+        cosines: the whole (nq, n) float32 cosine matrix if kept, else None (then ``qn``, ``dn``,
+            the unit queries and documents, give the few cosines needed).
+    """
 
-def _top(scores: np.ndarray, pos: np.ndarray, rel: np.ndarray, kk: int, idcg: np.ndarray) -> np.ndarray:
-    """NDCG@kk of the best ``kk`` columns (score descending, then position ascending)."""
-    idx = np.argpartition(-scores, kk - 1, axis=-1)[..., :kk]
-    sv, pv = np.take_along_axis(scores, idx, -1), np.take_along_axis(pos, idx, -1)
-    order = np.lexsort((pv, -sv), axis=-1)
-    return _ndcg_top(np.take_along_axis(np.take_along_axis(rel, idx, -1), order, -1), idcg)
+    def __init__(
+        self,
+        qm: QrelsMatrix,
+        cand_pos: np.ndarray,
+        cand_cos: np.ndarray,
+        cosines: np.ndarray | None,
+        qn: np.ndarray,
+        dn: np.ndarray,
+        depth: int = NULL_DEPTH,
+    ) -> None:
+        n, nq = qm.n, qm.nq
+        self.n, self.nq = n, nq
+        self.kk = min(depth, n)
+        self.disc = 1.0 / np.log2(np.arange(2, self.kk + 2))
+        self.idcg = qm.idcg(depth)
+        self._cosines, self._qn, self._dn = cosines, qn, dn
+        self.exhaustive = bool(np.any(cand_pos < 0)) or cand_pos.shape[1] >= n
+        if self.exhaustive:  # every document is a candidate: nothing outside to check
+            cand_pos = np.broadcast_to(np.arange(n), (nq, n))
+            cand_cos = self.cos_rows(np.arange(nq))
+        cand_cos = np.asarray(cand_cos, dtype=np.float32)
+        self.pq, self.pd, self.rel = qm.pairs()
+        p = self.pq.size
+        self.c_pos = np.ascontiguousarray(cand_pos[self.pq])  # (P, C) each pair's query's candidates
+        self.c_cos = np.ascontiguousarray(cand_cos[self.pq])
+        self.lower = self.c_pos < self.pd[:, None]  # wins a tie against the relevant document
+        hit = self.c_pos == self.pd[:, None]
+        in_c = hit.any(axis=1)
+        self.r_cos = np.where(in_c, self.c_cos[np.arange(p), hit.argmax(axis=1)], 0).astype(np.float32)
+        if not in_c.all():
+            self.r_cos[~in_c] = self.cos_pairs(self.pq[~in_c], self.pd[~in_c])
+        self.self_in_c = int(in_c.sum())
+        self.c_low = cand_cos.min(axis=1)[self.pq]  # >= every non-candidate's cosine
+        self.cand_keys = np.sort((np.arange(nq)[:, None] * n + cand_pos).ravel())
+        self.q_with, self.q_start = np.unique(self.pq, return_index=True)
+        self.full_rows = 0  # (weighting, pair) ranks counted over all documents, for the record
+
+    def cos_rows(self, rows: np.ndarray) -> np.ndarray:
+        if self._cosines is not None:
+            return self._cosines[rows]
+        return (self._qn[rows] @ self._dn.T).astype(np.float32)
+
+    def cos_pairs(self, q: np.ndarray, d: np.ndarray) -> np.ndarray:
+        if self._cosines is not None:
+            return self._cosines[q, d]
+        out = np.empty(q.size, dtype=np.float32)
+        for i in range(0, q.size, _PAIR_CHUNK):
+            s = slice(i, i + _PAIR_CHUNK)
+            out[s] = np.einsum("ij,ij->i", self._qn[q[s]], self._dn[d[s]])
+        return out
+
+    def sources(self, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For weightings ``w[perm[b]]`` (perm (B, n)): whose weight each pair's candidates and
+        relevant document carry, and the inverse permutations; computed once, reused for every α."""
+        inv = np.empty_like(perm)
+        inv[np.arange(perm.shape[0])[:, None], perm] = np.arange(perm.shape[1])
+        return perm, perm[:, self.c_pos], perm[:, self.pd], inv
+
+    def ndcg(
+        self, w: np.ndarray, src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """(B, nq) NDCG@10 of ``cos * w[src]`` (B = 1 and weights ``w`` as they are when ``src`` is
+        None; else from :meth:`sources`). ``w``: (n,) float32, >= 0."""
+        w = np.asarray(w, dtype=np.float32)
+        perm, src_c, src_r, inv = src if src is not None else (None, None, None, None)
+        b_all = 1 if src_c is None else src_c.shape[0]
+        p, c = self.c_pos.shape
+        out = np.zeros((b_all, self.nq))
+        if p == 0:
+            return out
+        cnt = np.empty((b_all, p), dtype=np.int64)  # documents ranked above each relevant one
+        sr = np.empty((b_all, p), dtype=np.float32)
+        step = max(1, _CHUNK // max(p * c, 1))
+        for b0 in range(0, b_all, step):
+            if src_c is None:
+                s, r = (self.c_cos * w[self.c_pos])[None], (self.r_cos * w[self.pd])[None]
+            else:
+                s = w[src_c[b0 : b0 + step]]
+                np.multiply(self.c_cos, s, out=s)
+                r = self.r_cos * w[src_r[b0 : b0 + step]]
+            r3 = r[..., None]
+            got = np.count_nonzero(s > r3, axis=-1)
+            eq = s == r3
+            if np.count_nonzero(eq) > self.self_in_c * s.shape[0]:  # a tie other than itself
+                got += np.count_nonzero(eq & self.lower, axis=-1)
+            cnt[b0 : b0 + s.shape[0]], sr[b0 : b0 + s.shape[0]] = got, r
+        if not self.exhaustive:
+            self._outside(w, cnt, sr, perm, inv)
+        gain = np.where(cnt < self.kk, self.rel[None] * self.disc[np.minimum(cnt, self.kk - 1)], 0.0)
+        dcg = np.add.reduceat(gain, self.q_start, axis=1)
+        idcg = self.idcg[self.q_with]
+        out[:, self.q_with] = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+        return out
+
+    def _outside(
+        self, w: np.ndarray, cnt: np.ndarray, sr: np.ndarray, perm: np.ndarray | None, inv: np.ndarray | None
+    ) -> None:
+        """Add the non-candidates that beat a relevant document still in the top 10 (in place)."""
+        eb, ep = np.nonzero(cnt < self.kk)
+        if eb.size == 0:
+            return
+        rv, cl = sr[eb, ep], self.c_low[ep]
+        # A non-candidate's cosine is <= c_low: with c_low <= 0 < rv it cannot win; with both
+        # > 0 it needs a weight above rv / c_low (slack for float32 rounding: a superset).
+        full = rv <= 0
+        scan = (cl > 0) & ~full
+        order = np.argsort(w, kind="stable")
+        m = np.zeros(eb.size, dtype=np.int64)
+        thr = rv[scan].astype(np.float64) / cl[scan].astype(np.float64) * (1 - 1e-6)
+        m[scan] = self.n - np.searchsorted(w[order], thr, side="right")
+        full |= m > HIGH_WEIGHT_DOCS
+        m[full] = 0
+        sel = np.flatnonzero(m)
+        desc = order[::-1]  # sources by weight, largest first: a prefix of m of them can win
+        bounds = np.r_[0, np.cumsum(m[sel])]
+        start = 0
+        while start < sel.size:  # the scans, a bounded number of cosines at a time
+            stop = int(np.searchsorted(bounds, bounds[start] + _PAIR_CHUNK, side="right")) - 1
+            stop = max(stop, start + 1)
+            e, mm = sel[start:stop], m[sel[start:stop]]
+            rep = np.repeat(np.arange(e.size), mm)
+            srcs = desc[np.arange(rep.size) - np.repeat(np.cumsum(mm) - mm, mm)]
+            docs = inv[eb[e][rep], srcs] if inv is not None else srcs
+            q = self.pq[ep[e]][rep]
+            keys = q * self.n + docs
+            at = np.minimum(np.searchsorted(self.cand_keys, keys), self.cand_keys.size - 1)
+            outside = self.cand_keys[at] != keys  # candidates were counted already
+            sc = self.cos_pairs(q, docs) * w[srcs]
+            r = rv[e][rep]
+            beat = ((sc > r) | ((sc == r) & (docs < self.pd[ep[e]][rep]))) & outside
+            cnt[eb[e], ep[e]] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
+            start = stop
+        rows = np.flatnonzero(full)
+        self.full_rows += rows.size
+        ar = np.arange(self.n)
+        for i in range(0, rows.size, max(1, _CHUNK // max(self.n, 1))):
+            f = rows[i : i + max(1, _CHUNK // max(self.n, 1))]
+            wrow = w[perm[eb[f]]] if perm is not None else w[None]
+            sc = self.cos_rows(self.pq[ep[f]]) * wrow
+            r = rv[f][:, None]
+            cnt[eb[f], ep[f]] = np.count_nonzero((sc > r) | ((sc == r) & (ar < self.pd[ep[f]][:, None])), axis=1)
 
 
 def permutation_null(
@@ -66,6 +206,7 @@ def permutation_null(
     fold: np.ndarray,
     k: int,
     seed: int,
+    ranks: RelevantRanks | None = None,
 ) -> tuple[np.ndarray, dict[str, object]]:
     """Cross-validated NDCG@10 gains (percent, vs cosine) of ``k`` permutations of ``norms``.
 
@@ -73,101 +214,34 @@ def permutation_null(
         qn, dn: unit queries (nq, d) and documents (n, d). cosines: ``qn @ dn.T`` if kept, else None.
         norms: (n,) the real norms. cand_pos, cand_cos: (nq, C) the cosine top-C (-1 padded).
         alphas: the grid (with 0). qm: the judgements. fold: (nq,) fold of each query.
+        ranks: a :class:`RelevantRanks` built from these arguments, to share with other controls.
     Returns:
         ``(null_gains (k,), info)``; ``info["fallback_fraction"]``: share of (permutation, α ≠ 0,
-        query) triples that were ranked again over all documents; ``info["relative_curve"]``:
+        relevant document) ranks that were counted over all documents; ``info["relative_curve"]``:
         quantiles over permutations of each α's mean NDCG@10 / cosine's (the shuffled band).
     """
-    n, nq = norms.shape[0], cand_pos.shape[0]
-
-    def cos_cols(cols: np.ndarray) -> np.ndarray:
-        return cosines[:, cols] if cosines is not None else qn @ dn[cols].T
-
-    def cos_rows(rows: np.ndarray) -> np.ndarray:
-        return cosines[rows] if cosines is not None else qn[rows] @ dn.T
-
-    kk = min(NULL_DEPTH, n)
+    n, nq = norms.shape[0], qm.nq
+    if ranks is None:
+        ranks = RelevantRanks(qm, cand_pos, cand_cos, cosines, qn, dn)
     a = np.asarray(alphas, dtype=np.float64)
     i0 = int(np.flatnonzero(a == 0.0)[0])
-    exhaustive = bool(np.any(cand_pos < 0)) or cand_pos.shape[1] >= n
-    if exhaustive:  # every document is a candidate: no bound needed
-        cand_pos = np.broadcast_to(np.arange(n), (nq, n))
-        cand_cos = cos_rows(np.arange(nq)).astype(np.float64)
-    cand_cos = np.asarray(cand_cos, dtype=np.float64)
-    dense_rel = qm.relevance_rows(np.arange(nq))  # (nq, n)
-    rel_c = np.take_along_axis(dense_rel, cand_pos, 1)
-    idcg = qm.idcg(NULL_DEPTH)
-    c_low = cand_cos.min(axis=1)  # >= every non-candidate's cosine
-    m = 0 if exhaustive else max(0, min(HIGH_WEIGHT_DOCS, n - cand_pos.shape[1] - 1))
-    by_norm = np.argsort(norms, kind="stable")
-    is_cand = np.zeros((nq, n), dtype=bool)
-    is_cand[np.arange(nq)[:, None], cand_pos] = True
+    full_before = ranks.full_rows
     perms = permutations(n, k, seed)
     ndcg = np.empty((k, len(a), nq))
-    ndcg[:, i0] = _top(cand_cos, cand_pos, rel_c, kk, idcg)  # α = 0 is cosine for every permutation
-    redo = 0
-    C, W = cand_pos.shape[1], cand_pos.shape[1] + m
-    chunk = max(1, min(k, _CHUNK_SCORES // max(nq * W, 1)))
-    buf = np.empty((chunk, nq, W), dtype=np.float32)
-    cc32, norms64 = cand_cos.astype(np.float32), norms.astype(np.float64)
-    qix = np.arange(nq)[None, :, None]
+    ndcg[:, i0] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
+    norms64 = norms.astype(np.float64)
+    weights = {ai: np.power(norms64, alpha).astype(np.float32) for ai, alpha in enumerate(a) if alpha != 0.0}
+    # Permutations in chunks bound the memory of their candidates' sources (B x P x C).
+    chunk = max(1, min(k, _CHUNK // max(ranks.c_pos.size, 1)))
     for j0 in range(0, k, chunk):
-        p = perms[j0 : j0 + chunk]
-        b = p.shape[0]
-        s = buf[:b]
-        inv = np.argsort(p, axis=1)  # inv[j, d]: the document that receives document d's norm
-        src = p[:, cand_pos]  # (b, nq, C): whose norm each candidate carries
-        for ai, alpha in enumerate(a):
-            if alpha == 0.0:
-                continue
-            wa = np.power(norms64, alpha)
-            wa32 = wa.astype(np.float32)
-            sorted_w = np.sort(wa32)
-            np.multiply(cc32[None], wa32[src], out=s[..., :C])
-            bad = np.zeros((b, nq), dtype=bool)
-            h = np.zeros((b, 1), dtype=np.int64)
-            ma = m
-            if m:
-                # Only documents whose weight beats (candidates' 10th best) / (C-th cosine) can
-                # enter; size the high-weight set for 99% of the rows (the rest fall back).
-                s10 = np.partition(s[..., :C], C - kk, axis=-1)[..., C - kk]
-                need = np.where(c_low > 0, s10 / np.maximum(c_low, 1e-30), np.inf)
-                count = n - np.searchsorted(sorted_w, need.ravel(), side="right")
-                ma = int(min(m, np.quantile(count, 0.99)))
-            if ma:
-                top_norms = by_norm[-ma:] if alpha > 0 else by_norm[:ma]  # largest weights w**α
-                h = inv[:, top_norms]  # (b, ma) the documents carrying them
-                ch = cos_cols(h.ravel()).reshape(nq, b, ma).transpose(1, 0, 2)
-                np.multiply(ch, wa32[top_norms][None, None], out=s[..., C : C + ma])
-                s[..., C : C + ma][is_cand[qix, h[:, None, :]]] = -np.inf  # already among the candidates
-            sa, wa_cols = s[..., : C + ma], C + ma
-            if not exhaustive:
-                tau = wa[by_norm[-ma - 1] if alpha > 0 else by_norm[ma]]  # largest weight left out
-                bound = np.where(c_low >= 0, c_low * tau, c_low * wa.min()).astype(np.float32)
-                bad = (sa > bound[None, :, None]).sum(axis=-1) < kk
-            idx = np.argpartition(sa, wa_cols - kk, axis=-1)[..., wa_cols - kk :]
-            sv = np.take_along_axis(sa, idx, -1)
-            in_c = idx < C
-            ci, hi = np.where(in_c, idx, 0), np.where(in_c, 0, idx - C)
-            pos_c = np.take_along_axis(np.broadcast_to(cand_pos, (b, nq, C)), ci, -1)
-            pos_h = np.take_along_axis(np.broadcast_to(h[:, None, :], (b, nq, h.shape[1])), hi, -1)
-            pos = np.where(in_c, pos_c, pos_h)
-            rel = dense_rel[qix, pos]
-            order = np.lexsort((pos, -sv), axis=-1)
-            ndcg[j0 : j0 + b, ai] = _ndcg_top(np.take_along_axis(rel, order, -1), idcg)
-            jbs, qs = np.nonzero(bad)
-            redo += qs.size
-            step = max(1, _CHUNK_SCORES // n)
-            for r0 in range(0, qs.size, step):  # the unsettled rows, ranked over all documents at once
-                jr, qr = jbs[r0 : r0 + step], qs[r0 : r0 + step]
-                full = cos_rows(qr).astype(np.float32) * wa32[p[jr]]
-                ranks = np.broadcast_to(np.arange(n), full.shape)
-                ndcg[j0 + jr, ai, qr] = _top(full, ranks, dense_rel[qr], kk, idcg[qr])
+        src = ranks.sources(perms[j0 : j0 + chunk])
+        for ai, wa in weights.items():
+            ndcg[j0 : j0 + chunk, ai] = ranks.ndcg(wa, src)
     held = cv_choose_many(ndcg, a, fold)  # (k, nq) held-out NDCG@10 per permutation
     base = ndcg[0, i0].mean() if k else 0.0
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
-    total = k * (len(a) - 1) * nq
-    info: dict[str, object] = {"fallback_fraction": redo / total if total else 0.0}
+    total = k * (len(a) - 1) * ranks.pq.size
+    info: dict[str, object] = {"fallback_fraction": (ranks.full_rows - full_before) / total if total else 0.0}
     if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
         rel_curve = ndcg.mean(axis=2) / base
         info["relative_curve"] = {
