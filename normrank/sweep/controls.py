@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from normrank.settings import CV_METRIC
-from normrank.sweep.metrics import QrelsMatrix, per_query_metric
 from normrank.sweep.result import pct
 from normrank.sweep.selection import argbest, cross_validate, paired_t_p
 
@@ -64,16 +63,14 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def weight_control(
-    positions: np.ndarray,
+    pq: np.ndarray,
     exponents: Sequence[float],
-    qm: QrelsMatrix,
     cosine_pq: np.ndarray,
     folds: int,
     seed: int,
     name: str = "alpha",
 ) -> dict[str, Any]:
-    """One control weight's sweep entry from its top-k ``positions`` (n_exponents, nq, k)."""
-    pq = per_query_metric(CV_METRIC, positions, qm)
+    """One control weight's sweep entry from its per-query NDCG@10 ``pq`` (n_exponents, nq)."""
     ex = [float(e) for e in exponents]
     fold_ex, _, chosen = cross_validate(pq, ex, folds, seed)
     held = pq[chosen, np.arange(pq.shape[1])]

@@ -25,7 +25,14 @@ from normrank.settings import CV_METRIC
 from normrank.sweep.metrics import QrelsMatrix
 from normrank.sweep.selection import cv_choose_many
 
-__all__ = ["HIGH_WEIGHT_DOCS", "NULL_CANDIDATES", "NULL_DEPTH", "RelevantRanks", "permutation_null", "permutations"]
+__all__ = [
+    "HIGH_WEIGHT_DOCS",
+    "NULL_CANDIDATES",
+    "NULL_DEPTH",
+    "RelevantRanks",
+    "permutation_null",
+    "permutations",
+]
 
 NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric (NDCG@10)
 # The sweep ranks the cosine run at least this deep when the null runs: its candidates.
@@ -191,7 +198,9 @@ class RelevantRanks:
             wrow = w[perm[eb[f]]] if perm is not None else w[None]
             sc = self.cos_rows(self.pq[ep[f]]) * wrow
             r = rv[f][:, None]
-            cnt[eb[f], ep[f]] = np.count_nonzero((sc > r) | ((sc == r) & (ar < self.pd[ep[f]][:, None])), axis=1)
+            cnt[eb[f], ep[f]] = np.count_nonzero(
+                (sc > r) | ((sc == r) & (ar < self.pd[ep[f]][:, None])), axis=1
+            )
 
 
 def permutation_null(
