@@ -39,7 +39,9 @@ NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric
 NULL_CANDIDATES = 100
 HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
-_PAIR_CHUNK = 1 << 16  # (query, document) cosines computed at once when the matrix is not kept
+_PAIR_CHUNK = 1 << 16
+_DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
+_MARGIN = 1e-5  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
 
 
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
@@ -90,8 +92,19 @@ class RelevantRanks:
         if not in_c.all():
             self.r_cos[~in_c] = self.cos_pairs(self.pq[~in_c], self.pd[~in_c])
         self.self_in_c = int(in_c.sum())
+        # log(cos_c / cos_r) for ndcg_powers; -inf where c cannot win at any weight (itself, or
+        # cos_c <= 0 < cos_r); pairs with cos_r <= 0 are compared in float32 (nan: never decided).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lc = np.log(self.c_cos.astype(np.float64)) - np.log(self.r_cos.astype(np.float64))[:, None]
+        lc[(self.c_cos <= 0) | hit] = -np.inf
+        lc[self.r_cos <= 0] = np.nan
+        self._lc = lc
         self.c_low = cand_cos.min(axis=1)[self.pq]  # >= every non-candidate's cosine
         self.cand_keys = np.sort((np.arange(nq)[:, None] * n + cand_pos).ravel())
+        self.is_cand: np.ndarray | None = None  # dense (nq, n) membership where it is small
+        if nq * n <= _DENSE_MASK:
+            self.is_cand = np.zeros((nq, n), dtype=bool)
+            self.is_cand[np.arange(nq)[:, None], cand_pos] = True
         self.q_with, self.q_start = np.unique(self.pq, return_index=True)
         self.full_rows = 0  # (weighting, pair) ranks counted over all documents, for the record
 
@@ -114,7 +127,8 @@ class RelevantRanks:
         relevant document carry, and the inverse permutations; computed once, reused for every α."""
         inv = np.empty_like(perm)
         inv[np.arange(perm.shape[0])[:, None], perm] = np.arange(perm.shape[1])
-        return perm, perm[:, self.c_pos], perm[:, self.pd], inv
+        # C order: indexing a slice by an array may return another layout (flat indices read C order)
+        return perm, np.ascontiguousarray(perm[:, self.c_pos]), np.ascontiguousarray(perm[:, self.pd]), inv
 
     def ndcg(
         self, w: np.ndarray, src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -144,12 +158,102 @@ class RelevantRanks:
             if np.count_nonzero(eq) > self.self_in_c * s.shape[0]:  # a tie other than itself
                 got += np.count_nonzero(eq & self.lower, axis=-1)
             cnt[b0 : b0 + s.shape[0]], sr[b0 : b0 + s.shape[0]] = got, r
+        return self._finish(w, cnt, sr, perm, inv)
+
+    def _finish(
+        self, w: np.ndarray, cnt: np.ndarray, sr: np.ndarray, perm: np.ndarray | None, inv: np.ndarray | None
+    ) -> np.ndarray:
+        """(B, nq) NDCG@10 from the candidates above each relevant document ``cnt`` (B, P) and its
+        scores ``sr``, once the documents outside the candidates are added."""
         if not self.exhaustive:
             self._outside(w, cnt, sr, perm, inv)
+        out = np.zeros((cnt.shape[0], self.nq))
         gain = np.where(cnt < self.kk, self.rel[None] * self.disc[np.minimum(cnt, self.kk - 1)], 0.0)
         dcg = np.add.reduceat(gain, self.q_start, axis=1)
         idcg = self.idcg[self.q_with]
         out[:, self.q_with] = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+        return out
+
+    def ndcg_powers(self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray) -> np.ndarray:
+        """(B, len(alphas), nq): :meth:`ndcg` of ``w = float32(norms ** α)[perm[b]]`` for every α
+        and every row of ``perm`` (B, n), the candidate comparisons of all α in one pass.
+
+        Candidate c beats relevant document r at α iff ``x(α) = log(cos_c / cos_r) + α log(n_c / n_r)
+        > 0``, linear in α: its sign at the grid's two ends decides every α between, or else its
+        zero falls between two grid points. The float32 scores agree with that sign wherever
+        ``|x| > _MARGIN`` (each is within 2^-23 of the real product; x itself is computed to
+        ~1e-6); the rest (ties included, and any cosine <= 0 of a relevant document) are
+        compared in float32 at every α.
+        """
+        norms = np.asarray(norms, dtype=np.float64)
+        a = np.asarray(alphas, dtype=np.float64)
+        weights = [np.power(norms, x).astype(np.float32) for x in a]
+        b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size
+        if p == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
+            src = self.sources(perm)
+            return np.stack([self.ndcg(w, src) for w in weights], axis=1)
+        inv = np.empty_like(perm)
+        inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1])
+        src_r = np.ascontiguousarray(perm[:, self.pd])
+        order = np.argsort(a, kind="stable")
+        asort = a[order]
+        ln = np.log(norms)
+        finite_lc = self._lc[np.isfinite(self._lc)]
+        # float32 keeps x to ~1e-6 while its terms stay small; beyond that, float64
+        big = max(np.abs(finite_lc).max(initial=0.0), np.ptp(ln) * np.abs(asort).max())
+        dt = np.float32 if big < 20 else np.float64
+        lc, ln_t, a_t = self._lc.astype(dt), ln.astype(dt), asort.astype(dt)
+        steps = np.diff(asort)
+        uniform = bool(np.allclose(steps, steps[0], rtol=1e-9, atol=0))
+        cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
+        step = max(1, _CHUNK // max(p * c, 1))
+        for b0 in range(0, b_all, step):
+            pb, srr = perm[b0 : b0 + step], src_r[b0 : b0 + step]
+            b = pb.shape[0]
+            lnp = ln_t[pb]  # (b, n): each document's log-norm in these permutations
+            dl = np.take(lnp, self.c_pos, axis=1)
+            dl -= np.take_along_axis(lnp, self.pd[None], axis=1)[..., None]
+            x_lo, x_hi = lc + a_t[0] * dl, lc + a_t[-1] * dl
+            lo_pos, hi_pos = x_lo > _MARGIN, x_hi > _MARGIN
+            lo_neg, hi_neg = x_lo < -_MARGIN, x_hi < -_MARGIN
+            sure = lo_pos & hi_pos
+            cnt[b0 : b0 + b] += np.count_nonzero(sure, axis=-1)[..., None]
+            flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
+            unsure = ~(sure | (lo_neg & hi_neg) | flip)
+            fi = np.flatnonzero(flip)
+            if fi.size:
+                d, lcf = dl.ravel()[fi], np.broadcast_to(lc, dl.shape).ravel()[fi]
+                t = -lcf / d  # the zero of x: beats above it when d > 0, below it when d < 0
+                if uniform:  # #grid points below t, off by one only where t is near one (caught below)
+                    j = np.ceil((t - a_t[0]) / a_t.dtype.type(steps[0])).astype(np.int64)
+                else:
+                    j = np.searchsorted(a_t, t)
+                j = np.clip(j, 1, na - 1)
+                near = np.abs(d) * np.minimum(np.abs(t - a_t[j - 1]), np.abs(a_t[j] - t)) <= 2 * _MARGIN
+                if near.any():
+                    unsure[np.unravel_index(fi[near], unsure.shape)] = True
+                    fi, d, j = fi[~near], d[~near], j[~near]
+                bp = fi // c  # flat (permutation, pair)
+                up = d > 0
+                hist = np.bincount(
+                    bp * (na + 1) + j, weights=np.where(up, 1.0, -1.0), minlength=b * p * (na + 1)
+                )
+                hist[:: na + 1] += np.bincount(bp[~up], minlength=b * p)
+                cnt[b0 : b0 + b] += np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int64)
+            ub, up_, uc = np.nonzero(unsure)
+            if ub.size:  # compared in float32, as the scores are, at every α
+                src_u = pb[ub, self.c_pos[up_, uc]]
+                for k, ai in enumerate(order):
+                    w = weights[ai]
+                    s_u = self.c_cos[up_, uc] * w[src_u]
+                    r_u = self.r_cos[up_] * w[srr[ub, up_]]
+                    beat = (s_u > r_u) | ((s_u == r_u) & self.lower[up_, uc])
+                    add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
+                    cnt[b0 : b0 + b, :, k] += add.reshape(b, p).astype(np.int64)
+        out = np.empty((b_all, na, self.nq))
+        for k, ai in enumerate(order):
+            w = weights[ai]
+            out[:, ai] = self._finish(w, np.ascontiguousarray(cnt[:, :, k]), self.r_cos * w[src_r], perm, inv)
         return out
 
     def _outside(
@@ -182,9 +286,12 @@ class RelevantRanks:
             srcs = desc[np.arange(rep.size) - np.repeat(np.cumsum(mm) - mm, mm)]
             docs = inv[eb[e][rep], srcs] if inv is not None else srcs
             q = self.pq[ep[e]][rep]
-            keys = q * self.n + docs
-            at = np.minimum(np.searchsorted(self.cand_keys, keys), self.cand_keys.size - 1)
-            outside = self.cand_keys[at] != keys  # candidates were counted already
+            if self.is_cand is not None:
+                outside = ~self.is_cand[q, docs]  # candidates were counted already
+            else:
+                keys = q * self.n + docs
+                at = np.minimum(np.searchsorted(self.cand_keys, keys), self.cand_keys.size - 1)
+                outside = self.cand_keys[at] != keys
             sc = self.cos_pairs(q, docs) * w[srcs]
             r = rv[e][rep]
             beat = ((sc > r) | ((sc == r) & (docs < self.pd[ep[e]][rep]))) & outside
@@ -239,13 +346,11 @@ def permutation_null(
     ndcg = np.empty((k, len(a), nq))
     ndcg[:, i0] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
     norms64 = norms.astype(np.float64)
-    weights = {ai: np.power(norms64, alpha).astype(np.float32) for ai, alpha in enumerate(a) if alpha != 0.0}
+    nz = np.flatnonzero(a != 0.0)
     # Permutations in chunks bound the memory of their candidates' sources (B x P x C).
     chunk = max(1, min(k, _CHUNK // max(ranks.c_pos.size, 1)))
     for j0 in range(0, k, chunk):
-        src = ranks.sources(perms[j0 : j0 + chunk])
-        for ai, wa in weights.items():
-            ndcg[j0 : j0 + chunk, ai] = ranks.ndcg(wa, src)
+        ndcg[j0 : j0 + chunk, nz] = ranks.ndcg_powers(norms64, a[nz], perms[j0 : j0 + chunk])
     held = cv_choose_many(ndcg, a, fold)  # (k, nq) held-out NDCG@10 per permutation
     base = ndcg[0, i0].mean() if k else 0.0
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
