@@ -294,7 +294,8 @@ class RelevantRanks:
                 outside = self.cand_keys[at] != keys
             sc = self.cos_pairs(q, docs) * w[srcs]
             r = rv[e][rep]
-            beat = ((sc > r) | ((sc == r) & (docs < self.pd[ep[e]][rep]))) & outside
+            pd_e = self.pd[ep[e]][rep]
+            beat = ((sc > r) | ((sc == r) & (docs < pd_e))) & outside & (docs != pd_e)
             cnt[eb[e], ep[e]] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
             start = stop
         rows = np.flatnonzero(full)
@@ -305,9 +306,9 @@ class RelevantRanks:
             wrow = w[perm[eb[f]]] if perm is not None else w[None]
             sc = self.cos_rows(self.pq[ep[f]]) * wrow
             r = rv[f][:, None]
-            cnt[eb[f], ep[f]] = np.count_nonzero(
-                (sc > r) | ((sc == r) & (ar < self.pd[ep[f]][:, None])), axis=1
-            )
+            pd_f = self.pd[ep[f]][:, None]
+            beat = ((sc > r) | ((sc == r) & (ar < pd_f))) & (ar != pd_f)  # never itself
+            cnt[eb[f], ep[f]] = np.count_nonzero(beat, axis=1)
 
 
 def permutation_null(
