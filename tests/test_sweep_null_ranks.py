@@ -55,11 +55,13 @@ def candidates(cos: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.take_along_axis(cos, order, 1)
 
 
+@pytest.mark.parametrize("few", [0, 4, 100])  # queries ranked by top-10 (0), mixed, or pair by pair
 @pytest.mark.parametrize("keep", [True, False])
 @pytest.mark.parametrize("alphas", [[-2.0, -1.0, -0.5, 0.5, 1.0], [-3.0, -0.3, 0.1, 2.5]])
 @pytest.mark.parametrize("n_cand,high", [(40, 1024), (12, 1024), (12, 5)])
-def test_relevant_ranks_equal_a_full_ranking(monkeypatch, keep, alphas, n_cand, high) -> None:
+def test_relevant_ranks_equal_a_full_ranking(monkeypatch, few, keep, alphas, n_cand, high) -> None:
     monkeypatch.setattr(null, "HIGH_WEIGHT_DOCS", high)
+    monkeypatch.setattr(null, "_FEW_PAIRS", few)
     # Without the matrix, cosines outside the candidates are recomputed and may differ from the
     # matrix's in the last bit: exact ties are then not reproducible, so that case has none.
     qn, dn, cos, norms, qm = case(seed=n_cand + high, ties=keep)
@@ -88,8 +90,10 @@ def test_ties_are_really_there() -> None:
     assert tied > 0
 
 
-def test_controls_weights_equal_a_full_ranking() -> None:
+@pytest.mark.parametrize("few", [0, 100])
+def test_controls_weights_equal_a_full_ranking(monkeypatch, few) -> None:
     """B = 1, weights as they are (the length and residual controls)."""
+    monkeypatch.setattr(null, "_FEW_PAIRS", few)
     qn, dn, cos, norms, qm = case(seed=9)
     pos, cc = candidates(cos, 20)
     ranks = null.RelevantRanks(qm, pos, cc, cos, qn, dn)

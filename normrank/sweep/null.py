@@ -41,7 +41,8 @@ HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the can
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
 _PAIR_CHUNK = 1 << 16
 _DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
-_MARGIN = 1e-5  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
+_MARGIN = 1e-5
+_FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
 
 
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
@@ -82,22 +83,36 @@ class RelevantRanks:
             cand_cos = self.cos_rows(np.arange(nq))
         cand_cos = np.asarray(cand_cos, dtype=np.float32)
         self.pq, self.pd, self.rel = qm.pairs()
-        p = self.pq.size
-        self.c_pos = np.ascontiguousarray(cand_pos[self.pq])  # (P, C) each pair's query's candidates
-        self.c_cos = np.ascontiguousarray(cand_cos[self.pq])
-        self.lower = self.c_pos < self.pd[:, None]  # wins a tie against the relevant document
-        hit = self.c_pos == self.pd[:, None]
-        in_c = hit.any(axis=1)
-        self.r_cos = np.where(in_c, self.c_cos[np.arange(p), hit.argmax(axis=1)], 0).astype(np.float32)
+        in_c = np.zeros(self.pq.size, dtype=bool)
+        self.r_cos = np.zeros(self.pq.size, dtype=np.float32)
+        if self.pq.size:
+            hit_all = cand_pos[self.pq] == self.pd[:, None]
+            in_c = hit_all.any(axis=1)
+            self.r_cos[in_c] = cand_cos[self.pq[in_c], hit_all[in_c].argmax(axis=1)]
+            del hit_all
         if not in_c.all():
             self.r_cos[~in_c] = self.cos_pairs(self.pq[~in_c], self.pd[~in_c])
-        self.self_in_c = int(in_c.sum())
+        self.in_c = in_c
+        # Queries with few relevant documents: each compared with every candidate (one pass for
+        # all α, ndcg_powers). Queries with many: their candidates' top 10 per α, so that the
+        # work grows with the queries, not with their judgements.
+        per_q = np.bincount(self.pq, minlength=nq)[self.pq]
+        self.few, self.many = np.flatnonzero(per_q <= _FEW_PAIRS), np.flatnonzero(per_q > _FEW_PAIRS)
+        self.mq, self.mq_of = np.unique(self.pq[self.many], return_inverse=True)
+        self.m_pos, self.m_cos = cand_pos[self.mq], cand_cos[self.mq]
+        f = self.few
+        self.f_pd, self.f_rcos = self.pd[f], self.r_cos[f]
+        self.c_pos = np.ascontiguousarray(cand_pos[self.pq[f]])  # (F, C) each few pair's candidates
+        self.c_cos = np.ascontiguousarray(cand_cos[self.pq[f]])
+        self.lower = self.c_pos < self.f_pd[:, None]  # wins a tie against the relevant document
+        hit = self.c_pos == self.f_pd[:, None]
+        self.self_in_c = int(in_c[f].sum())
         # log(cos_c / cos_r) for ndcg_powers; -inf where c cannot win at any weight (itself, or
         # cos_c <= 0 < cos_r); pairs with cos_r <= 0 are compared in float32 (nan: never decided).
         with np.errstate(divide="ignore", invalid="ignore"):
-            lc = np.log(self.c_cos.astype(np.float64)) - np.log(self.r_cos.astype(np.float64))[:, None]
+            lc = np.log(self.c_cos.astype(np.float64)) - np.log(self.f_rcos.astype(np.float64))[:, None]
         lc[(self.c_cos <= 0) | hit] = -np.inf
-        lc[self.r_cos <= 0] = np.nan
+        lc[self.f_rcos <= 0] = np.nan
         self._lc = lc
         self.c_low = cand_cos.min(axis=1)[self.pq]  # >= every non-candidate's cosine
         self.cand_keys = np.sort((np.arange(nq)[:, None] * n + cand_pos).ravel())
@@ -130,6 +145,36 @@ class RelevantRanks:
         # C order: indexing a slice by an array may return another layout (flat indices read C order)
         return perm, np.ascontiguousarray(perm[:, self.c_pos]), np.ascontiguousarray(perm[:, self.pd]), inv
 
+    def _counts_many(self, w: np.ndarray, perm: np.ndarray | None) -> np.ndarray:
+        """(B, M) candidates ranked above each relevant document of the many-judgement queries
+        (``kk`` where at least that many are): from the candidates' top ``kk`` scores, exact."""
+        s = self.m_cos * (w[self.m_pos][None] if perm is None else w[perm[:, self.m_pos]])  # (B, Qm, C)
+        c, kk = s.shape[-1], self.kk
+        top = np.partition(s, c - kk, axis=-1)[..., c - kk :] if c > kk else s
+        low = top.min(axis=-1)  # the kk-th best candidate score
+        if c < kk:  # fewer candidates than kk: none is ruled out by them
+            low[:] = -np.inf
+        many = self.many
+        r = self.r_cos[many] * (w[self.pd[many]][None] if perm is None else w[perm[:, self.pd[many]]])
+        out = np.full(r.shape, kk, dtype=np.int64)  # below the kk-th best: at least kk above
+        eb, em = np.nonzero(r >= low[:, self.mq_of])
+        re = r[eb, em][:, None]
+        v = top[eb, self.mq_of[em]]
+        gt = np.count_nonzero(v > re, axis=1)
+        ties = np.count_nonzero(v == re, axis=1) - (
+            self.in_c[many[em]] & (re[:, 0] > low[eb, self.mq_of[em]])
+        )
+        out[eb, em] = gt
+        # At the kk-th score itself, or tied with another candidate: count every candidate with
+        # the position rule.
+        x = np.flatnonzero((re[:, 0] == low[eb, self.mq_of[em]]) | (ties > 0))
+        if x.size:
+            sx = s[eb[x], self.mq_of[em[x]]]
+            px, rx = self.m_pos[self.mq_of[em[x]]], re[x]
+            pdx = self.pd[many[em[x]]][:, None]
+            out[eb[x], em[x]] = np.count_nonzero((sx > rx) | ((sx == rx) & (px < pdx)), axis=1)
+        return out
+
     def ndcg(
         self, w: np.ndarray, src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     ) -> np.ndarray:
@@ -138,26 +183,29 @@ class RelevantRanks:
         w = np.asarray(w, dtype=np.float32)
         perm, src_c, src_r, inv = src if src is not None else (None, None, None, None)
         b_all = 1 if src_c is None else src_c.shape[0]
-        p, c = self.c_pos.shape
-        out = np.zeros((b_all, self.nq))
+        p, (f, c) = self.pq.size, self.c_pos.shape
         if p == 0:
-            return out
+            return np.zeros((b_all, self.nq))
         cnt = np.empty((b_all, p), dtype=np.int64)  # documents ranked above each relevant one
-        sr = np.empty((b_all, p), dtype=np.float32)
-        step = max(1, _CHUNK // max(p * c, 1))
-        for b0 in range(0, b_all, step):
+        sr = self.r_cos * (w[self.pd][None] if perm is None else w[src_r])  # (B, P) float32
+        step = max(1, _CHUNK // max(f * c, 1))
+        for b0 in range(0, b_all if f else 0, step):
             if src_c is None:
-                s, r = (self.c_cos * w[self.c_pos])[None], (self.r_cos * w[self.pd])[None]
+                s = (self.c_cos * w[self.c_pos])[None]
             else:
                 s = w[src_c[b0 : b0 + step]]
                 np.multiply(self.c_cos, s, out=s)
-                r = self.r_cos * w[src_r[b0 : b0 + step]]
-            r3 = r[..., None]
+            r3 = sr[b0 : b0 + s.shape[0], self.few][..., None]
             got = np.count_nonzero(s > r3, axis=-1)
             eq = s == r3
             if np.count_nonzero(eq) > self.self_in_c * s.shape[0]:  # a tie other than itself
                 got += np.count_nonzero(eq & self.lower, axis=-1)
-            cnt[b0 : b0 + s.shape[0]], sr[b0 : b0 + s.shape[0]] = got, r
+            cnt[b0 : b0 + s.shape[0], self.few] = got
+        if self.many.size:
+            step = max(1, _CHUNK // max(self.m_pos.size, 1))
+            for b0 in range(0, b_all, step):
+                pb = None if perm is None else perm[b0 : b0 + step]
+                cnt[b0 : b0 + (1 if pb is None else pb.shape[0]), self.many] = self._counts_many(w, pb)
         return self._finish(w, cnt, sr, perm, inv)
 
     def _finish(
@@ -188,13 +236,14 @@ class RelevantRanks:
         norms = np.asarray(norms, dtype=np.float64)
         a = np.asarray(alphas, dtype=np.float64)
         weights = [np.power(norms, x).astype(np.float32) for x in a]
-        b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size
-        if p == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
+        b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size  # p: the few-judgement pairs
+        if self.pq.size == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
             src = self.sources(perm)
             return np.stack([self.ndcg(w, src) for w in weights], axis=1)
         inv = np.empty_like(perm)
         inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1])
         src_r = np.ascontiguousarray(perm[:, self.pd])
+        src_fr = np.ascontiguousarray(src_r[:, self.few])
         order = np.argsort(a, kind="stable")
         asort = a[order]
         ln = np.log(norms)
@@ -207,12 +256,12 @@ class RelevantRanks:
         uniform = bool(np.allclose(steps, steps[0], rtol=1e-9, atol=0))
         cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
         step = max(1, _CHUNK // max(p * c, 1))
-        for b0 in range(0, b_all, step):
-            pb, srr = perm[b0 : b0 + step], src_r[b0 : b0 + step]
+        for b0 in range(0, b_all if p else 0, step):
+            pb, srr = perm[b0 : b0 + step], src_fr[b0 : b0 + step]
             b = pb.shape[0]
             lnp = ln_t[pb]  # (b, n): each document's log-norm in these permutations
             dl = np.take(lnp, self.c_pos, axis=1)
-            dl -= np.take_along_axis(lnp, self.pd[None], axis=1)[..., None]
+            dl -= np.take_along_axis(lnp, self.f_pd[None], axis=1)[..., None]
             x_lo, x_hi = lc + a_t[0] * dl, lc + a_t[-1] * dl
             lo_pos, hi_pos = x_lo > _MARGIN, x_hi > _MARGIN
             lo_neg, hi_neg = x_lo < -_MARGIN, x_hi < -_MARGIN
@@ -246,14 +295,19 @@ class RelevantRanks:
                 for k, ai in enumerate(order):
                     w = weights[ai]
                     s_u = self.c_cos[up_, uc] * w[src_u]
-                    r_u = self.r_cos[up_] * w[srr[ub, up_]]
+                    r_u = self.f_rcos[up_] * w[srr[ub, up_]]
                     beat = (s_u > r_u) | ((s_u == r_u) & self.lower[up_, uc])
                     add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
                     cnt[b0 : b0 + b, :, k] += add.reshape(b, p).astype(np.int64)
         out = np.empty((b_all, na, self.nq))
+        full = np.empty((b_all, self.pq.size), dtype=np.int64)
+        m_step = max(1, _CHUNK // max(self.m_pos.size, 1))
         for k, ai in enumerate(order):
             w = weights[ai]
-            out[:, ai] = self._finish(w, np.ascontiguousarray(cnt[:, :, k]), self.r_cos * w[src_r], perm, inv)
+            full[:, self.few] = cnt[:, :, k]
+            for b0 in range(0, b_all if self.many.size else 0, m_step):
+                full[b0 : b0 + m_step, self.many] = self._counts_many(w, perm[b0 : b0 + m_step])
+            out[:, ai] = self._finish(w, full.copy(), self.r_cos * w[src_r], perm, inv)
         return out
 
     def _outside(
