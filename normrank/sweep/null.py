@@ -120,7 +120,6 @@ class RelevantRanks:
         if nq * n <= _DENSE_MASK:
             self.is_cand = np.zeros((nq, n), dtype=bool)
             self.is_cand[np.arange(nq)[:, None], cand_pos] = True
-        self.q_with, self.q_start = np.unique(self.pq, return_index=True)
         self.full_rows = 0  # (weighting, pair) ranks counted over all documents, for the record
 
     def cos_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -145,35 +144,34 @@ class RelevantRanks:
         # C order: indexing a slice by an array may return another layout (flat indices read C order)
         return perm, np.ascontiguousarray(perm[:, self.c_pos]), np.ascontiguousarray(perm[:, self.pd]), inv
 
-    def _counts_many(self, w: np.ndarray, perm: np.ndarray | None) -> np.ndarray:
-        """(B, M) candidates ranked above each relevant document of the many-judgement queries
-        (``kk`` where at least that many are): from the candidates' top ``kk`` scores, exact."""
-        s = self.m_cos * (w[self.m_pos][None] if perm is None else w[perm[:, self.m_pos]])  # (B, Qm, C)
+    def _counts_many(
+        self, w: np.ndarray, src_m: np.ndarray | None, src_mr: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The many-judgement queries' relevant documents that the candidates leave in the top
+        ``kk``: ``(weighting, index into self.many, candidates above it)``, from the candidates'
+        top ``kk`` scores, exact. ``src_m`` (B, Qm, C) and ``src_mr`` (B, M): whose weight the
+        candidates and the relevant documents carry (None: their own)."""
+        many = self.many
+        s = self.m_cos * (w[self.m_pos][None] if src_m is None else w[src_m])  # (B, Qm, C)
+        r = self.r_cos[many] * (w[self.pd[many]][None] if src_mr is None else w[src_mr])  # (B, M)
         c, kk = s.shape[-1], self.kk
         top = np.partition(s, c - kk, axis=-1)[..., c - kk :] if c > kk else s
         low = top.min(axis=-1)  # the kk-th best candidate score
         if c < kk:  # fewer candidates than kk: none is ruled out by them
             low[:] = -np.inf
-        many = self.many
-        r = self.r_cos[many] * (w[self.pd[many]][None] if perm is None else w[perm[:, self.pd[many]]])
-        out = np.full(r.shape, kk, dtype=np.int64)  # below the kk-th best: at least kk above
-        eb, em = np.nonzero(r >= low[:, self.mq_of])
-        re = r[eb, em][:, None]
+        eb, em = np.nonzero(r >= low[:, self.mq_of])  # below it: at least kk candidates above
+        re, lo = r[eb, em], low[eb, self.mq_of[em]]
         v = top[eb, self.mq_of[em]]
-        gt = np.count_nonzero(v > re, axis=1)
-        ties = np.count_nonzero(v == re, axis=1) - (
-            self.in_c[many[em]] & (re[:, 0] > low[eb, self.mq_of[em]])
-        )
-        out[eb, em] = gt
-        # At the kk-th score itself, or tied with another candidate: count every candidate with
-        # the position rule.
-        x = np.flatnonzero((re[:, 0] == low[eb, self.mq_of[em]]) | (ties > 0))
+        got = np.count_nonzero(v > re[:, None], axis=1)
+        ties = np.count_nonzero(v == re[:, None], axis=1) - (self.in_c[many[em]] & (re > lo))
+        # At the kk-th score itself, or tied with another candidate: every candidate, position rule.
+        x = np.flatnonzero((re == lo) | (ties > 0))
         if x.size:
-            sx = s[eb[x], self.mq_of[em[x]]]
-            px, rx = self.m_pos[self.mq_of[em[x]]], re[x]
-            pdx = self.pd[many[em[x]]][:, None]
-            out[eb[x], em[x]] = np.count_nonzero((sx > rx) | ((sx == rx) & (px < pdx)), axis=1)
-        return out
+            sx, px = s[eb[x], self.mq_of[em[x]]], self.m_pos[self.mq_of[em[x]]]
+            rx, pdx = re[x][:, None], self.pd[many[em[x]]][:, None]
+            got[x] = np.count_nonzero((sx > rx) | ((sx == rx) & (px < pdx)), axis=1)
+        keep = got < kk
+        return eb[keep], em[keep], got[keep]
 
     def ndcg(
         self, w: np.ndarray, src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -182,45 +180,60 @@ class RelevantRanks:
         None; else from :meth:`sources`). ``w``: (n,) float32, >= 0."""
         w = np.asarray(w, dtype=np.float32)
         perm, src_c, src_r, inv = src if src is not None else (None, None, None, None)
-        b_all = 1 if src_c is None else src_c.shape[0]
-        p, (f, c) = self.pq.size, self.c_pos.shape
-        if p == 0:
+        b_all = 1 if perm is None else perm.shape[0]
+        f, c = self.c_pos.shape
+        if self.pq.size == 0:
             return np.zeros((b_all, self.nq))
-        cnt = np.empty((b_all, p), dtype=np.int64)  # documents ranked above each relevant one
-        sr = self.r_cos * (w[self.pd][None] if perm is None else w[src_r])  # (B, P) float32
+        entries = []  # (weighting, pair, candidates above) of the relevant documents still in the top kk
         step = max(1, _CHUNK // max(f * c, 1))
         for b0 in range(0, b_all if f else 0, step):
             if src_c is None:
-                s = (self.c_cos * w[self.c_pos])[None]
+                s, r = (self.c_cos * w[self.c_pos])[None], (self.f_rcos * w[self.f_pd])[None]
             else:
                 s = w[src_c[b0 : b0 + step]]
                 np.multiply(self.c_cos, s, out=s)
-            r3 = sr[b0 : b0 + s.shape[0], self.few][..., None]
+                r = self.f_rcos * w[src_r[b0 : b0 + step, self.few]]
+            r3 = r[..., None]
             got = np.count_nonzero(s > r3, axis=-1)
             eq = s == r3
             if np.count_nonzero(eq) > self.self_in_c * s.shape[0]:  # a tie other than itself
                 got += np.count_nonzero(eq & self.lower, axis=-1)
-            cnt[b0 : b0 + s.shape[0], self.few] = got
+            eb, ef = np.nonzero(got < self.kk)
+            entries.append((eb + b0, self.few[ef], got[eb, ef]))
         if self.many.size:
+            src_m = None if perm is None else perm[:, self.m_pos]
+            src_mr = None if perm is None else src_r[:, self.many]
             step = max(1, _CHUNK // max(self.m_pos.size, 1))
             for b0 in range(0, b_all, step):
-                pb = None if perm is None else perm[b0 : b0 + step]
-                cnt[b0 : b0 + (1 if pb is None else pb.shape[0]), self.many] = self._counts_many(w, pb)
-        return self._finish(w, cnt, sr, perm, inv)
+                sl = slice(b0, b0 + step)
+                eb, em, got = self._counts_many(
+                    w, None if perm is None else src_m[sl], None if perm is None else src_mr[sl]
+                )
+                entries.append((eb + b0, self.many[em], got))
+        return self._finish(w, entries, b_all, perm, inv)
 
     def _finish(
-        self, w: np.ndarray, cnt: np.ndarray, sr: np.ndarray, perm: np.ndarray | None, inv: np.ndarray | None
+        self,
+        w: np.ndarray,
+        entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        b_all: int,
+        perm: np.ndarray | None,
+        inv: np.ndarray | None,
     ) -> np.ndarray:
-        """(B, nq) NDCG@10 from the candidates above each relevant document ``cnt`` (B, P) and its
-        scores ``sr``, once the documents outside the candidates are added."""
-        if not self.exhaustive:
-            self._outside(w, cnt, sr, perm, inv)
-        out = np.zeros((cnt.shape[0], self.nq))
-        gain = np.where(cnt < self.kk, self.rel[None] * self.disc[np.minimum(cnt, self.kk - 1)], 0.0)
-        dcg = np.add.reduceat(gain, self.q_start, axis=1)
-        idcg = self.idcg[self.q_with]
-        out[:, self.q_with] = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
-        return out
+        """(B, nq) NDCG@10 from the relevant documents the candidates leave in the top kk
+        (``entries``: weighting, pair, candidates above), once the other documents are added."""
+        eb = np.concatenate([e[0] for e in entries]) if entries else np.zeros(0, np.int64)
+        ep = np.concatenate([e[1] for e in entries]) if entries else np.zeros(0, np.int64)
+        ce = np.concatenate([e[2] for e in entries]).astype(np.int64) if entries else np.zeros(0, np.int64)
+        if not self.exhaustive and eb.size:
+            rv = self.r_cos[ep] * (w[self.pd[ep]] if perm is None else w[perm[eb, self.pd[ep]]])
+            self._outside(w, eb, ep, ce, rv, perm, inv)
+        keep = ce < self.kk
+        eb, ep, ce = eb[keep], ep[keep], ce[keep]
+        gain = self.rel[ep] * self.disc[ce]
+        dcg = np.bincount(eb * self.nq + self.pq[ep], weights=gain, minlength=b_all * self.nq)
+        dcg = dcg.reshape(b_all, self.nq)
+        return np.where(self.idcg > 0, dcg / np.where(self.idcg > 0, self.idcg, 1.0), 0.0)
 
     def ndcg_powers(self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray) -> np.ndarray:
         """(B, len(alphas), nq): :meth:`ndcg` of ``w = float32(norms ** α)[perm[b]]`` for every α
@@ -300,24 +313,34 @@ class RelevantRanks:
                     add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
                     cnt[b0 : b0 + b, :, k] += add.reshape(b, p).astype(np.int64)
         out = np.empty((b_all, na, self.nq))
-        full = np.empty((b_all, self.pq.size), dtype=np.int64)
+        if self.many.size:
+            src_m = np.ascontiguousarray(perm[:, self.m_pos])  # once for every α
+            src_mr = np.ascontiguousarray(src_r[:, self.many])
         m_step = max(1, _CHUNK // max(self.m_pos.size, 1))
         for k, ai in enumerate(order):
             w = weights[ai]
-            full[:, self.few] = cnt[:, :, k]
+            eb, ef = np.nonzero(cnt[:, :, k] < self.kk)
+            entries = [(eb, self.few[ef], cnt[eb, ef, k])]
             for b0 in range(0, b_all if self.many.size else 0, m_step):
-                full[b0 : b0 + m_step, self.many] = self._counts_many(w, perm[b0 : b0 + m_step])
-            out[:, ai] = self._finish(w, full.copy(), self.r_cos * w[src_r], perm, inv)
+                sl = slice(b0, b0 + m_step)
+                mb, mm, got = self._counts_many(w, src_m[sl], src_mr[sl])
+                entries.append((mb + b0, self.many[mm], got))
+            out[:, ai] = self._finish(w, entries, b_all, perm, inv)
         return out
 
     def _outside(
-        self, w: np.ndarray, cnt: np.ndarray, sr: np.ndarray, perm: np.ndarray | None, inv: np.ndarray | None
+        self,
+        w: np.ndarray,
+        eb: np.ndarray,
+        ep: np.ndarray,
+        cnt: np.ndarray,
+        rv: np.ndarray,
+        perm: np.ndarray | None,
+        inv: np.ndarray | None,
     ) -> None:
-        """Add the non-candidates that beat a relevant document still in the top 10 (in place)."""
-        eb, ep = np.nonzero(cnt < self.kk)
-        if eb.size == 0:
-            return
-        rv, cl = sr[eb, ep], self.c_low[ep]
+        """Add to ``cnt`` (in place) the non-candidates that beat relevant document ``ep`` (score
+        ``rv``) in weighting ``eb``."""
+        cl = self.c_low[ep]
         # A non-candidate's cosine is <= c_low: with c_low <= 0 < rv it cannot win; with both
         # > 0 it needs a weight above rv / c_low (slack for float32 rounding: a superset).
         full = rv <= 0
@@ -350,7 +373,7 @@ class RelevantRanks:
             r = rv[e][rep]
             pd_e = self.pd[ep[e]][rep]
             beat = ((sc > r) | ((sc == r) & (docs < pd_e))) & outside & (docs != pd_e)
-            cnt[eb[e], ep[e]] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
+            cnt[e] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
             start = stop
         rows = np.flatnonzero(full)
         self.full_rows += rows.size
@@ -362,7 +385,7 @@ class RelevantRanks:
             r = rv[f][:, None]
             pd_f = self.pd[ep[f]][:, None]
             beat = ((sc > r) | ((sc == r) & (ar < pd_f))) & (ar != pd_f)  # never itself
-            cnt[eb[f], ep[f]] = np.count_nonzero(beat, axis=1)
+            cnt[f] = np.count_nonzero(beat, axis=1)
 
 
 def permutation_null(
