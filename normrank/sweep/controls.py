@@ -9,7 +9,9 @@
   giving the permutation p-value of the real norm's cross-validated gain.
 
 Each weight is selected exactly as the norm is (same folds, same tie rule, the oracle best on
-all queries) and tested against cosine with the same paired t-test.
+all queries) and tested against cosine with the same paired t-test. Their NDCG@10 comes from the
+ranks of the relevant documents (:class:`normrank.sweep.null.RelevantRanks`, exact, shared with
+the null), not from a second full ranking.
 """
 
 from __future__ import annotations
