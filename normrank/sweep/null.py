@@ -40,6 +40,7 @@ NULL_CANDIDATES = 100
 HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
 _PAIR_CHUNK = 1 << 16
+_PASS_CHUNK = 1 << 18  # comparisons per block of the all-α pass: its temporaries stay in cache
 _DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
 _MARGIN = 1e-5
 _FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
@@ -268,7 +269,7 @@ class RelevantRanks:
         steps = np.diff(asort)
         uniform = bool(np.allclose(steps, steps[0], rtol=1e-9, atol=0))
         cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
-        step = max(1, _CHUNK // max(p * c, 1))
+        step = max(1, _PASS_CHUNK // max(p * c, 1))
         for b0 in range(0, b_all if p else 0, step):
             pb, srr = perm[b0 : b0 + step], src_fr[b0 : b0 + step]
             b = pb.shape[0]
