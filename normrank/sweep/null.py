@@ -39,7 +39,7 @@ NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric
 NULL_CANDIDATES = 100
 HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
-_PAIR_CHUNK = 1 << 16
+_PAIR_CHUNK = 1 << 18
 _PASS_CHUNK = 1 << 18  # comparisons per block of the all-α pass: its temporaries stay in cache
 _DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
 _MARGIN = 1e-5
@@ -268,6 +268,15 @@ class RelevantRanks:
         lc, ln_t, a_t = self._lc.astype(dt), ln.astype(dt), asort.astype(dt)
         steps = np.diff(asort)
         uniform = bool(np.allclose(steps, steps[0], rtol=1e-9, atol=0))
+        # x(a) = lc + a * dl > M  <=>  dl > (M - lc) / a for a > 0, dl < (M - lc) / a for a < 0
+        # (and < -M likewise); nan lc (cos_r <= 0) fails every comparison: compared in float32.
+        with np.errstate(invalid="ignore"):
+            th_pos = [((_MARGIN - self._lc) / e).astype(dt) for e in (asort[0], asort[-1])]
+            th_neg = [((-_MARGIN - self._lc) / e).astype(dt) for e in (asort[0], asort[-1])]
+
+        def cmp(x: np.ndarray, th: np.ndarray, greater: bool) -> np.ndarray:
+            return x > th if greater else x < th
+
         cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
         step = max(1, _PASS_CHUNK // max(p * c, 1))
         for b0 in range(0, b_all if p else 0, step):
@@ -276,9 +285,9 @@ class RelevantRanks:
             lnp = ln_t[pb]  # (b, n): each document's log-norm in these permutations
             dl = np.take(lnp, self.c_pos, axis=1)
             dl -= np.take_along_axis(lnp, self.f_pd[None], axis=1)[..., None]
-            x_lo, x_hi = lc + a_t[0] * dl, lc + a_t[-1] * dl
-            lo_pos, hi_pos = x_lo > _MARGIN, x_hi > _MARGIN
-            lo_neg, hi_neg = x_lo < -_MARGIN, x_hi < -_MARGIN
+            # x(end) > M and x(end) < -M as comparisons of dl with thresholds fixed per column
+            lo_pos, lo_neg = cmp(dl, th_pos[0], a_t[0] > 0), cmp(dl, th_neg[0], a_t[0] < 0)
+            hi_pos, hi_neg = cmp(dl, th_pos[1], a_t[-1] > 0), cmp(dl, th_neg[1], a_t[-1] < 0)
             sure = lo_pos & hi_pos
             cnt[b0 : b0 + b] += np.count_nonzero(sure, axis=-1)[..., None]
             flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
@@ -362,18 +371,24 @@ class RelevantRanks:
             e, mm = sel[start:stop], m[sel[start:stop]]
             rep = np.repeat(np.arange(e.size), mm)
             srcs = desc[np.arange(rep.size) - np.repeat(np.cumsum(mm) - mm, mm)]
-            docs = inv[eb[e][rep], srcs] if inv is not None else srcs
+            n = self.n
+            docs = inv.ravel()[eb[e][rep] * n + srcs] if inv is not None else srcs
             q = self.pq[ep[e]][rep]
+            flat = q * n + docs  # (query, document) into the dense (nq, n) arrays
             if self.is_cand is not None:
-                outside = ~self.is_cand[q, docs]  # candidates were counted already
+                outside = ~self.is_cand.ravel()[flat]  # candidates were counted already
             else:
-                keys = q * self.n + docs
-                at = np.minimum(np.searchsorted(self.cand_keys, keys), self.cand_keys.size - 1)
-                outside = self.cand_keys[at] != keys
-            sc = self.cos_pairs(q, docs) * w[srcs]
+                at = np.minimum(np.searchsorted(self.cand_keys, flat), self.cand_keys.size - 1)
+                outside = self.cand_keys[at] != flat
+            cs = self._cosines.ravel()[flat] if self._cosines is not None else self.cos_pairs(q, docs)
+            sc = cs * w[srcs]
             r = rv[e][rep]
             pd_e = self.pd[ep[e]][rep]
-            beat = ((sc > r) | ((sc == r) & (docs < pd_e))) & outside & (docs != pd_e)
+            beat = sc > r
+            tie = sc == r
+            if tie.any():  # equal scores: the lower position first, never the document itself
+                beat |= tie & (docs < pd_e)
+            beat &= outside & (docs != pd_e)
             cnt[e] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
             start = stop
         rows = np.flatnonzero(full)
