@@ -9,10 +9,15 @@ Fast because only the weights change, never the cosines, and because NDCG@10 nee
 rank of each judged-relevant document, and only when it is at most 10 (:class:`RelevantRanks`):
 that rank is 1 + the number of documents scoring above it (equal scores: lower position first,
 the sweep's total order). The documents counted are the real run's cosine top-C candidates
-(C = 100), compared for all K permutations in one array pass per α, plus, for a relevant
-document that the candidates leave in the top 10, the few others whose weight could lift a
-cosine <= the C-th above its score (at most :data:`HIGH_WEIGHT_DOCS`; more, or a score <= 0, and
-that one (permutation, α, document) is counted over all documents). Exact, ties included.
+(C = 100): for a query with few judgements, each relevant document is compared with every
+candidate for all K permutations and every α in one array pass (the comparison's sign is
+linear in α in log space, :meth:`RelevantRanks.ndcg_powers`); for a query with many, the
+candidates' top 10 is taken per α. Then, for a relevant document the candidates leave in the
+top 10, the others whose weight could lift a cosine <= the C-th above its score are scored (at
+most :data:`HIGH_WEIGHT_DOCS`; more, or a score <= 0, and that one (permutation, α, document) is
+counted over all documents). Exact, ties included: the gains equal a full ranking's (tests).
+When the cosine matrix is too large to keep, the few cosines outside the candidates are
+recomputed, which may differ from the matrix's in the last bit (only exact ties could tell).
 """
 
 from __future__ import annotations
