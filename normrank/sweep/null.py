@@ -180,10 +180,14 @@ class RelevantRanks:
         return eb[keep], em[keep], got[keep]
 
     def ndcg(
-        self, w: np.ndarray, src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self,
+        w: np.ndarray,
+        src: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        order: np.ndarray | None = None,
     ) -> np.ndarray:
         """(B, nq) NDCG@10 of ``cos * w[src]`` (B = 1 and weights ``w`` as they are when ``src`` is
-        None; else from :meth:`sources`). ``w``: (n,) float32, >= 0."""
+        None; else from :meth:`sources`). ``w``: (n,) float32, >= 0; ``order``: the documents by
+        ``w`` ascending, if known (saves a sort)."""
         w = np.asarray(w, dtype=np.float32)
         perm, src_c, src_r, inv = src if src is not None else (None, None, None, None)
         b_all = 1 if perm is None else perm.shape[0]
@@ -216,7 +220,7 @@ class RelevantRanks:
                     w, None if perm is None else src_m[sl], None if perm is None else src_mr[sl]
                 )
                 entries.append((eb + b0, self.many[em], got))
-        return self._finish(w, entries, b_all, perm, inv)
+        return self._finish(w, entries, b_all, perm, inv, order)
 
     def _finish(
         self,
@@ -225,15 +229,17 @@ class RelevantRanks:
         b_all: int,
         perm: np.ndarray | None,
         inv: np.ndarray | None,
+        order: np.ndarray | None = None,
     ) -> np.ndarray:
         """(B, nq) NDCG@10 from the relevant documents the candidates leave in the top kk
-        (``entries``: weighting, pair, candidates above), once the other documents are added."""
+        (``entries``: weighting, pair, candidates above), once the other documents are added.
+        ``order``: documents by ``w`` ascending, if known."""
         eb = np.concatenate([e[0] for e in entries]) if entries else np.zeros(0, np.int64)
         ep = np.concatenate([e[1] for e in entries]) if entries else np.zeros(0, np.int64)
         ce = np.concatenate([e[2] for e in entries]).astype(np.int64) if entries else np.zeros(0, np.int64)
         if not self.exhaustive and eb.size:
             rv = self.r_cos[ep] * (w[self.pd[ep]] if perm is None else w[perm[eb, self.pd[ep]]])
-            self._outside(w, eb, ep, ce, rv, perm, inv)
+            self._outside(w, eb, ep, ce, rv, perm, inv, order)
         keep = ce < self.kk
         eb, ep, ce = eb[keep], ep[keep], ce[keep]
         gain = self.rel[ep] * self.disc[ce]
@@ -265,6 +271,7 @@ class RelevantRanks:
         src_fr = np.ascontiguousarray(src_r[:, self.few])
         order = np.argsort(a, kind="stable")
         asort = a[order]
+        by_norm = np.argsort(norms, kind="stable")
         ln = np.log(norms)
         finite_lc = self._lc[np.isfinite(self._lc)]
         # float32 keeps x to ~1e-6 while its terms stay small; beyond that, float64
@@ -340,7 +347,8 @@ class RelevantRanks:
                 sl = slice(b0, b0 + m_step)
                 mb, mm, got = self._counts_many(w, src_m[sl], src_mr[sl])
                 entries.append((mb + b0, self.many[mm], got))
-            out[:, ai] = self._finish(w, entries, b_all, perm, inv)
+            # w = norms**α is monotone in the norms: their order (reversed for α < 0) sorts it
+            out[:, ai] = self._finish(w, entries, b_all, perm, inv, by_norm if a[ai] > 0 else by_norm[::-1])
         return out
 
     def _outside(
@@ -352,6 +360,7 @@ class RelevantRanks:
         rv: np.ndarray,
         perm: np.ndarray | None,
         inv: np.ndarray | None,
+        order: np.ndarray | None = None,
     ) -> None:
         """Add to ``cnt`` (in place) the non-candidates that beat relevant document ``ep`` (score
         ``rv``) in weighting ``eb``."""
@@ -360,7 +369,8 @@ class RelevantRanks:
         # > 0 it needs a weight above rv / c_low (slack for float32 rounding: a superset).
         full = rv <= 0
         scan = (cl > 0) & ~full
-        order = np.argsort(w, kind="stable")
+        if order is None:
+            order = np.argsort(w, kind="stable")
         m = np.zeros(eb.size, dtype=np.int64)
         thr = rv[scan].astype(np.float64) / cl[scan].astype(np.float64) * (1 - 1e-6)
         m[scan] = self.n - np.searchsorted(w[order], thr, side="right")

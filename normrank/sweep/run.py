@@ -125,7 +125,10 @@ def sweep_embeddings(
 
         def grid_ndcg(w: np.ndarray, grid: Sequence[float]) -> np.ndarray:
             w32 = np.asarray(w, dtype=np.float32)  # as the sweep ranks a weight: norm_weight of float32
-            return np.stack([ranks.ndcg(norm_weight(w32, float(e)))[0] for e in grid])
+            up = np.argsort(w32, kind="stable")  # w**e is monotone in w: one sort for the grid
+            return np.stack(
+                [ranks.ndcg(norm_weight(w32, float(e)), order=up if e >= 0 else up[::-1])[0] for e in grid]
+            )
 
         control_entry = {
             "length_unit": unit,
