@@ -324,7 +324,8 @@ class RelevantRanks:
                 )
                 hist[:: na + 1] += np.bincount(bp[~up], minlength=b * p)
                 cnt[b0 : b0 + b] += np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int64)
-            ub, up_, uc = np.nonzero(unsure)
+            ui = np.flatnonzero(unsure)  # rare: flat indices are cheaper than nonzero's three
+            ub, up_, uc = ui // (p * c), (ui // c) % p, ui % c
             if ub.size:  # compared in float32, as the scores are, at every α
                 src_u = pb[ub, self.c_pos[up_, uc]]
                 for k, ai in enumerate(order):
@@ -372,8 +373,9 @@ class RelevantRanks:
         if order is None:
             order = np.argsort(w, kind="stable")
         m = np.zeros(eb.size, dtype=np.int64)
-        thr = rv[scan].astype(np.float64) / cl[scan].astype(np.float64) * (1 - 1e-6)
-        m[scan] = self.n - np.searchsorted(w[order], thr, side="right")
+        thr = rv.astype(np.float64) / np.where(scan, cl, 1.0).astype(np.float64) * (1 - 1e-6)
+        scan &= thr < w[order[-1]]  # no document's weight is above: nothing to scan
+        m[scan] = self.n - np.searchsorted(w[order], thr[scan], side="right")
         full |= m > HIGH_WEIGHT_DOCS
         m[full] = 0
         sel = np.flatnonzero(m)
