@@ -9,7 +9,7 @@ One step per module, flowing one way::
     metrics      per-query metrics, one registry (= ranx)       METRICS, per_query_metric
     selection    oracle / cross-validated α, paired t-test      cross_validate, paired_t_p
     controls     length prior, length-residualised norm          length_residual, weight_control
-    null         permutation null of the norms                  permutation_null
+    null         permutation null; NDCG@10 from relevant ranks  permutation_null, RelevantRanks
     result       SweepRun and its pinned JSON entry             SweepRun
     depth        per query-depth bucket (TREC CAR)              depth_table
     weights      other per-document weights from a file         load_weights
@@ -29,7 +29,7 @@ from normrank.sweep.embed import embed_dataset, model_key
 from normrank.sweep.grid import parse_alphas, parse_grid
 from normrank.sweep.lengths import document_lengths
 from normrank.sweep.metrics import METRICS, QrelsMatrix, metrics_help, parse_metrics, per_query_metric
-from normrank.sweep.null import permutation_null
+from normrank.sweep.null import RelevantRanks, permutation_null
 from normrank.sweep.rank import WeightGrid, rank_all_alphas, rank_grids
 from normrank.sweep.result import SweepRun
 from normrank.sweep.run import evaluate_alphas, run_sweep, sweep_embeddings
@@ -42,6 +42,7 @@ __all__ = [
     "METRICS",
     "Diagnosis",
     "QrelsMatrix",
+    "RelevantRanks",
     "SweepRun",
     "WeightGrid",
     "calibration",

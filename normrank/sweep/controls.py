@@ -9,7 +9,9 @@
   giving the permutation p-value of the real norm's cross-validated gain.
 
 Each weight is selected exactly as the norm is (same folds, same tie rule, the oracle best on
-all queries) and tested against cosine with the same paired t-test.
+all queries) and tested against cosine with the same paired t-test. Their NDCG@10 comes from the
+ranks of the relevant documents (:class:`normrank.sweep.null.RelevantRanks`, exact, shared with
+the null), not from a second full ranking.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from normrank.settings import CV_METRIC
-from normrank.sweep.metrics import QrelsMatrix, per_query_metric
 from normrank.sweep.result import pct
 from normrank.sweep.selection import argbest, cross_validate, paired_t_p
 
@@ -64,16 +65,14 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def weight_control(
-    positions: np.ndarray,
+    pq: np.ndarray,
     exponents: Sequence[float],
-    qm: QrelsMatrix,
     cosine_pq: np.ndarray,
     folds: int,
     seed: int,
     name: str = "alpha",
 ) -> dict[str, Any]:
-    """One control weight's sweep entry from its top-k ``positions`` (n_exponents, nq, k)."""
-    pq = per_query_metric(CV_METRIC, positions, qm)
+    """One control weight's sweep entry from its per-query NDCG@10 ``pq`` (n_exponents, nq)."""
     ex = [float(e) for e in exponents]
     fold_ex, _, chosen = cross_validate(pq, ex, folds, seed)
     held = pq[chosen, np.arange(pq.shape[1])]

@@ -73,6 +73,11 @@ class QrelsMatrix:
         hit = (self._keys[idx] == keys) & (positions >= 0)
         return np.where(hit, self._rels[idx], 0.0)
 
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(query, document, relevance)`` of every judged-relevant pair found in the collection,
+        sorted by query then document position (int64, int64, float64)."""
+        return self._keys // max(self.n, 1), self._keys % max(self.n, 1), self._rels
+
     def relevance_rows(self, rows: np.ndarray) -> np.ndarray:
         """Relevance of every document for queries ``rows``: (len(rows), n), from a dense copy
         built once (nq x n floats; kept only by callers that rank whole rows)."""

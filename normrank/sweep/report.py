@@ -137,11 +137,14 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
 def _timing_table(runs: Sequence[SweepRun]) -> str:
     """Seconds per stage, embeddings cached. Each column is what its header names."""
     out = [
-        "\n## Timing (seconds, embeddings cached)\n\n",
-        "α-sweep: the cosine matrix once, every α re-weighted and ranked exactly, all metrics. Norm total: "
-        "the α-sweep + cross-validation + paired t-test. Controls: lengths + the length and residual grids "
-        "ranked + the permutation null. One cosine evaluation (only with `--ranx-check`): exact top-k by "
-        "cosine + ranx's metrics, ranx already loaded.\n\n",
+        "\n## Timing (seconds, in this process, embeddings already in memory)\n\n",
+        "Stage times of the sweep itself; not included: interpreter start, imports, reading the collection "
+        "and the embeddings, writing these reports (the whole process is timed by "
+        "`benchmarks/sweep_speed.py`). α-sweep: the cosine matrix once, every α re-weighted and ranked "
+        "exactly, all metrics. Norm total: the α-sweep + cross-validation + paired t-test. Controls: "
+        "document lengths, the length and residual weights scored, and the permutation null (K shuffles "
+        "through every α and the CV). Everything: norm total + controls. One cosine evaluation (only with "
+        "`--ranx-check`): exact top-k by cosine + ranx's metrics on that run, ranx already loaded.\n\n",
         "| dataset | model | α-sweep | norm total | controls (of which null) | everything | one cosine eval (ranx) | "
         "norm total / cosine eval | everything / cosine eval |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     ]

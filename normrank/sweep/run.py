@@ -14,6 +14,7 @@ import numpy as np
 
 from normrank.data import Dataset
 from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.scoring import norm_weight
 from normrank.settings import (
     CV_METRIC,
     DEFAULT_ALPHAS,
@@ -29,7 +30,7 @@ from normrank.sweep.embed import embed_dataset
 from normrank.sweep.grid import parse_alphas, parse_grid
 from normrank.sweep.lengths import document_lengths
 from normrank.sweep.metrics import QrelsMatrix, parse_metrics, per_query_metric
-from normrank.sweep.null import NULL_CANDIDATES, NULL_DEPTH, permutation_null
+from normrank.sweep.null import NULL_CANDIDATES, RelevantRanks, permutation_null
 from normrank.sweep.rank import WeightGrid, rank_grids, unit_rows
 from normrank.sweep.ranx_check import ranx_cross_check
 from normrank.sweep.result import SweepRun, pct, summary_stats
@@ -92,10 +93,8 @@ def sweep_embeddings(
         beta_grid = parse_grid(betas, "beta")
         lengths, unit = document_lengths(model, dataset.doc_texts, length_unit)
         resid, fit = length_residual(dnorm, lengths)
-        grids.append(WeightGrid("length", lengths, beta_grid, NULL_DEPTH))
-        grids.append(WeightGrid("residual", resid, list(alphas), NULL_DEPTH))
         timing["controls_lengths"] = time.perf_counter() - t
-    ranked, rt, cosines = rank_grids(queries, docs, grids, keep_cosines=with_controls and permutations > 0)
+    ranked, rt, cosines = rank_grids(queries, docs, grids, keep_cosines=with_controls)
     scores, pos = ranked["norm"]
     timing["cosine_matmul"], timing["reweight_topk"] = rt["cosine_matmul"], rt["rank_norm"]
     t = time.perf_counter()
@@ -119,24 +118,35 @@ def sweep_embeddings(
     if with_controls:
         t = time.perf_counter()
         cos_pq = per_query[CV_METRIC][i0]
+        qn, dn = unit_rows(queries, "queries")[0], unit_rows(docs, "documents")[0]
+        # The controls' NDCG@10 from the ranks of the relevant documents among the norm run's
+        # cosine top-100 (exact: null.RelevantRanks), shared with the null.
+        ranks = RelevantRanks(qm, pos[i0], scores[i0], cosines, qn, dn)
+
+        def grid_ndcg(w: np.ndarray, grid: Sequence[float]) -> np.ndarray:
+            w32 = np.asarray(w, dtype=np.float32)  # as the sweep ranks a weight: norm_weight of float32
+            up = np.argsort(w32, kind="stable")  # w**e is monotone in w: one sort for the grid
+            return np.stack(
+                [ranks.ndcg(norm_weight(w32, float(e)), order=up if e >= 0 else up[::-1])[0] for e in grid]
+            )
+
         control_entry = {
             "length_unit": unit,
             "spearman_norm_length": spearman(dnorm, lengths),
-            "length": weight_control(ranked["length"][1], beta_grid, qm, cos_pq, folds, seed, "beta"),
+            "length": weight_control(grid_ndcg(lengths, beta_grid), beta_grid, cos_pq, folds, seed, "beta"),
             "residual": {
                 "fit": fit,
-                **weight_control(ranked["residual"][1], alphas, qm, cos_pq, folds, seed, "alpha"),
+                **weight_control(grid_ndcg(resid, alphas), alphas, cos_pq, folds, seed, "alpha"),
             },
         }
-        timing["controls_rank"] = rt["rank_length"] + rt["rank_residual"] + time.perf_counter() - t
+        timing["controls_rank"] = time.perf_counter() - t
         t = time.perf_counter()
         real_gain = pct(float(cv_pq.mean()), float(cos_pq.mean()))
         info: dict[str, object] = {"fallback_fraction": 0.0}
         null = np.zeros(0)
         if permutations:
-            qn, dn = unit_rows(queries, "queries")[0], unit_rows(docs, "documents")[0]
             null, info = permutation_null(
-                qn, dn, dnorm, cosines, pos[i0], scores[i0], alphas, qm, fold, permutations, seed
+                qn, dn, dnorm, cosines, pos[i0], scores[i0], alphas, qm, fold, permutations, seed, ranks
             )
         control_entry["permutation"] = {**permutation_summary(null, real_gain, permutations, seed), **info}
         timing["controls_null"] = time.perf_counter() - t
