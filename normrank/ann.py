@@ -423,15 +423,19 @@ def _search_one(
     cos, cand = _search(index, unit_q, depth, params)
     cos, cand = cos[0], cand[0]
     pos = lookup(cand)
-    if pos.size and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
+    if pos.size >= k and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
         rescored = cos * weights[pos]
+        top = np.argsort(-rescored, kind="stable")[:k]
+        s, p = rescored[top], pos[top]
+        if not (np.isfinite(s[0]) and np.isfinite(s[-1])):  # overflow, NaN sorts last: pad as _top_one
+            s, p = _top_one(rescored, pos, k)
         seen = order.rank[pos] if order is not None else None
     else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows
         valid = pos >= 0
         rescored = np.where(valid, np.where(valid, cos, 0) * weights[np.maximum(pos, 0)], -np.inf)
         rescored = rescored.astype(np.float32)
         seen = order.rank[pos[valid]] if order is not None else None
-    s, p = _top_one(rescored, pos, k)
+        s, p = _top_one(rescored, pos, k)
     if order is None or (cand.size and cand[-1] < 0):  # no scan, or the index gave all it had
         return s[None], p[None]
 
@@ -444,7 +448,7 @@ def _search_one(
     while True:
         kth = float(s[-1])
         if c_last > 0:  # scan_needed for one query
-            need = int(np.searchsorted(neg_w, -(kth / c_last), side="left"))
+            need = int(neg_w.searchsorted(-(kth / c_last), side="left"))
         else:
             need = 0 if kth >= c_last * w_min else n
         if need <= scanned:
@@ -456,10 +460,10 @@ def _search_one(
             faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
         )
         chunk *= w_sorted[scanned:stop]
-        lo, hi = np.searchsorted(seen, (scanned, stop))
+        lo, hi = seen.searchsorted((scanned, stop))
         if hi > lo:
             chunk[seen[lo:hi] - scanned] = -np.inf
-        keep = np.flatnonzero(chunk > kth)
+        keep = (chunk > kth).nonzero()[0]
         if keep.size:
             merged_s = np.concatenate([s, chunk[keep]])
             merged_p = np.concatenate([p, order.order[scanned + keep]])
