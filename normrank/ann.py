@@ -29,6 +29,7 @@ the cosine ranking, which over-fetching cannot do.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import faiss
@@ -65,8 +66,10 @@ class IdLookup:
         hi = int(ids.max()) + 1 if ids.size else 0
         # A dense table is one gather per candidate; fall back to binary search for sparse ids.
         if hi <= 4 * max(ids.size, 1024):
-            self._dense = np.full(hi, -1, dtype=np.int64)
-            self._dense[ids] = np.arange(ids.size, dtype=np.int64)
+            # Shifted by one and fenced by -1 on both sides: a gather at ``id + 1`` clipped to the
+            # table maps FAISS's -1 pads, and any id outside [0, hi), to -1 (two numpy calls).
+            self._dense = np.full(hi + 2, -1, dtype=np.int64)
+            self._dense[ids + 1] = np.arange(ids.size, dtype=np.int64)
             self._sorted = self._order = None
         else:
             self._dense = None
@@ -74,13 +77,9 @@ class IdLookup:
             self._sorted = ids[self._order]
 
     def __call__(self, cand: np.ndarray) -> np.ndarray:
-        if self._dense is not None and cand.size and cand.min() >= 0 and cand.max() < self._dense.size:
-            return self._dense[cand]  # the usual case: three numpy calls, not seven
-        out = np.full(cand.shape, -1, dtype=np.int64)
         if self._dense is not None:
-            ok = (cand >= 0) & (cand < self._dense.size)
-            out[ok] = self._dense[cand[ok]]
-            return out
+            return self._dense.take(cand + 1, mode="clip")
+        out = np.full(cand.shape, -1, dtype=np.int64)
         if not self.n:
             return out
         at = np.minimum(np.searchsorted(self._sorted, cand), self.n - 1)
@@ -427,7 +426,7 @@ def _search_one(
         rescored = cos * weights[pos]
         top = np.argsort(-rescored, kind="stable")[:k]
         s, p = rescored[top], pos[top]
-        if not (np.isfinite(s[0]) and np.isfinite(s[-1])):  # overflow, NaN sorts last: pad as _top_one
+        if not (math.isfinite(s[0]) and math.isfinite(s[-1])):  # overflow; NaN sorts last: pad as _top_one
             s, p = _top_one(rescored, pos, k)
         seen = order.rank[pos] if order is not None else None
     else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows

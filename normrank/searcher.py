@@ -104,7 +104,7 @@ def search_into(
                          factor, ann, n_tail, max_depth)  # fmt: skip
         s, pos = _ann.adaptive_search(index, unit_q, k, **plan)
         scores[0] = s[0]
-        ids[0] = np.where(pos[0] >= 0, doc_ids[np.maximum(pos[0], 0)], -1)
+        ids[0] = cache.fenced_ids(doc_ids)[pos[0]]  # position -1 reads the fence: id -1
         return
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     for a in alphas[:1] if uniform else np.unique(alphas):

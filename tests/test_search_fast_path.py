@@ -141,3 +141,24 @@ def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     assert not idx._cache.plans  # a new state derives everything again
     _, ids = idx.search(q, 5, alpha=0.5)
     assert ids[0, 0] == 0 and len(idx._cache.plans) == 1
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
+def test_single_query_padding_is_minus_one(alpha):
+    """An IVF probing one small list has fewer than k candidates: the rows are padded with
+    id -1 and score -inf, never a stored id, and hold what the batch path returns."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, D)).astype(np.float32)
+    idx = NormIndex(D, factory="IVF32,Flat")
+    idx.train(x)
+    idx.add(x, ids=np.arange(300) + 1000)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 1
+    q = rng.standard_normal((5, D)).astype(np.float32)
+    batch_s, batch_ids = idx.search(q, 40, alpha=alpha)
+    for i in range(q.shape[0]):
+        s, ids = idx.search(q[i], 40, alpha=alpha)
+        pad = ids[0] == -1
+        assert pad.any() and (ids[0][~pad] >= 1000).all()
+        assert np.isneginf(s[0][pad]).all() and np.isfinite(s[0][~pad]).all()
+        np.testing.assert_array_equal(ids[0], batch_ids[i])
+        np.testing.assert_array_equal(s[0], batch_s[i])
