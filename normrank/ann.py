@@ -29,6 +29,7 @@ the cosine ranking, which over-fetching cannot do.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import faiss
@@ -65,8 +66,10 @@ class IdLookup:
         hi = int(ids.max()) + 1 if ids.size else 0
         # A dense table is one gather per candidate; fall back to binary search for sparse ids.
         if hi <= 4 * max(ids.size, 1024):
-            self._dense = np.full(hi, -1, dtype=np.int64)
-            self._dense[ids] = np.arange(ids.size, dtype=np.int64)
+            # Shifted by one and fenced by -1 on both sides: a gather at ``id + 1`` clipped to the
+            # table maps FAISS's -1 pads, and any id outside [0, hi), to -1 (two numpy calls).
+            self._dense = np.full(hi + 2, -1, dtype=np.int64)
+            self._dense[ids + 1] = np.arange(ids.size, dtype=np.int64)
             self._sorted = self._order = None
         else:
             self._dense = None
@@ -74,13 +77,9 @@ class IdLookup:
             self._sorted = ids[self._order]
 
     def __call__(self, cand: np.ndarray) -> np.ndarray:
-        if self._dense is not None and cand.size and cand.min() >= 0 and cand.max() < self._dense.size:
-            return self._dense[cand]  # the usual case: three numpy calls, not seven
-        out = np.full(cand.shape, -1, dtype=np.int64)
         if self._dense is not None:
-            ok = (cand >= 0) & (cand < self._dense.size)
-            out[ok] = self._dense[cand[ok]]
-            return out
+            return self._dense.take(cand + 1, mode="clip")
+        out = np.full(cand.shape, -1, dtype=np.int64)
         if not self.n:
             return out
         at = np.minimum(np.searchsorted(self._sorted, cand), self.n - 1)
@@ -423,15 +422,19 @@ def _search_one(
     cos, cand = _search(index, unit_q, depth, params)
     cos, cand = cos[0], cand[0]
     pos = lookup(cand)
-    if pos.size and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
+    if pos.size >= k and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
         rescored = cos * weights[pos]
+        top = np.argsort(-rescored, kind="stable")[:k]
+        s, p = rescored[top], pos[top]
+        if not (math.isfinite(s[0]) and math.isfinite(s[-1])):  # overflow; NaN sorts last: pad as _top_one
+            s, p = _top_one(rescored, pos, k)
         seen = order.rank[pos] if order is not None else None
     else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows
         valid = pos >= 0
         rescored = np.where(valid, np.where(valid, cos, 0) * weights[np.maximum(pos, 0)], -np.inf)
         rescored = rescored.astype(np.float32)
         seen = order.rank[pos[valid]] if order is not None else None
-    s, p = _top_one(rescored, pos, k)
+        s, p = _top_one(rescored, pos, k)
     if order is None or (cand.size and cand[-1] < 0):  # no scan, or the index gave all it had
         return s[None], p[None]
 
@@ -444,7 +447,7 @@ def _search_one(
     while True:
         kth = float(s[-1])
         if c_last > 0:  # scan_needed for one query
-            need = int(np.searchsorted(neg_w, -(kth / c_last), side="left"))
+            need = int(neg_w.searchsorted(-(kth / c_last), side="left"))
         else:
             need = 0 if kth >= c_last * w_min else n
         if need <= scanned:
@@ -456,10 +459,10 @@ def _search_one(
             faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
         )
         chunk *= w_sorted[scanned:stop]
-        lo, hi = np.searchsorted(seen, (scanned, stop))
+        lo, hi = seen.searchsorted((scanned, stop))
         if hi > lo:
             chunk[seen[lo:hi] - scanned] = -np.inf
-        keep = np.flatnonzero(chunk > kth)
+        keep = (chunk > kth).nonzero()[0]
         if keep.size:
             merged_s = np.concatenate([s, chunk[keep]])
             merged_p = np.concatenate([p, order.order[scanned + keep]])

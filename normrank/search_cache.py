@@ -26,15 +26,31 @@ class SearchCache:
         lookup: FAISS id -> storage position (ANN results), built at the first ANN search.
         orders: the documents in decreasing ``w**alpha`` order, one per sign of alpha (ANN).
         device: the flat storage copied to a torch device (``device=`` searches).
+        fenced: the ids by storage position followed by -1, so that position -1 (padding)
+            reads id -1 in one gather.
+        plans: ANN search arguments per (alpha, k, options, breadth), the last 8 used
+            (:func:`normrank.searcher.search_into`; they hold only what this cache derives).
     """
 
-    __slots__ = ("device", "lookup", "orders", "powers")
+    __slots__ = ("device", "fenced", "lookup", "orders", "plans", "powers")
 
     def __init__(self) -> None:
         self.powers: dict[float, np.ndarray] = {}
         self.lookup: IdLookup | None = None
         self.orders: dict[int, WeightOrder] = {}
         self.device: Any = None
+        self.plans: dict[tuple, dict[str, Any]] = {}
+        self.fenced: np.ndarray | None = None
+
+    def fenced_ids(self, ids: np.ndarray) -> np.ndarray:
+        if self.fenced is None:
+            self.fenced = np.append(ids.astype(np.int64), -1)
+        return self.fenced
+
+    def remember_plan(self, key: tuple, plan: dict[str, Any]) -> None:
+        if len(self.plans) >= _POWERS_KEPT:
+            self.plans.pop(next(iter(self.plans)))
+        self.plans[key] = plan
 
     def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
         """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""

@@ -30,6 +30,7 @@ __all__ = [
     "as_vectors",
     "as_weights",
     "split_norms",
+    "storable_norm",
     "unit_and_norms",
 ]
 
@@ -85,6 +86,12 @@ def as_vectors(x: ArrayLike, dim: int, *, what: str = "vectors", allow_1d: bool 
             f"{what} contain NaN or inf (or values beyond float32) in rows {_rows(np.flatnonzero(bad))}"
         )
     return out
+
+
+def storable_norm(norm: float) -> bool:
+    """Whether a vector of this (float64) norm has a direction and a storable norm: what
+    :func:`split_norms` accepts (NaN and inf fail)."""
+    return _MIN_NORM < norm <= _W_MAX
 
 
 def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np.ndarray]:

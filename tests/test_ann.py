@@ -192,6 +192,24 @@ def test_id_lookup_dense_and_sparse():
         np.testing.assert_array_equal(lk(np.array([[ids[2], -1, 424242, ids[0]]])), [[2, -1, -1, 0]])
 
 
+def test_id_lookup_against_a_dict():
+    """Every id, absent ones (below, between, above the stored ones, FAISS's -1 pads, other
+    negatives) included, maps as a plain dict lookup would, for dense and sparse id sets."""
+    rng = np.random.default_rng(9)
+    for ids in (
+        np.array([], dtype=np.int64),
+        rng.permutation(3000)[:2000],
+        rng.choice(10**15, 50, replace=False),
+    ):
+        lk = IdLookup(ids)
+        where = {int(i): p for p, i in enumerate(ids)}
+        probe = np.r_[ids, -1, -2, -(2**62), 0, 1, 2999, 3000, 3001, ids.max(initial=0) + 1, 2**62]
+        probe = np.r_[probe, rng.integers(-5, 4000, 500)].astype(np.int64)
+        want = np.array([where.get(int(c), -1) for c in probe])
+        np.testing.assert_array_equal(lk(probe), want)
+        np.testing.assert_array_equal(lk(probe.reshape(-1, 1)), want.reshape(-1, 1))
+
+
 def test_bad_ann_option():
     with pytest.raises(InvalidParameterError):
         NormIndex(8, factory="HNSW32", ann="magic")

@@ -1,0 +1,164 @@
+"""The single-query fast path of NormIndex.search (normrank.searcher): the same arguments, the
+same refusals and the same results as the full checks and numpy brute force."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from normrank import NormIndex
+from normrank.errors import (
+    DimensionMismatchError,
+    InvalidParameterError,
+    NonFiniteError,
+    ZeroNormError,
+)
+from normrank.searcher import _one_query_args, search_args
+from normrank.validation import as_alpha, as_vectors, split_norms
+
+D = 24
+
+
+def full_checks(q, k, alpha, dim=D, default_alpha=0.25, factor=10):
+    """What search_args returned before the fast path: the general checks alone."""
+    unit_q = split_norms(as_vectors(q, dim, what="queries", allow_1d=True))[0]
+    a = default_alpha if alpha is None else alpha
+    return unit_q, int(k), as_alpha(a, unit_q.shape[0]), factor
+
+
+@pytest.mark.parametrize("shape", [(D,), (1, D)])
+@pytest.mark.parametrize("alpha", [None, -1.5, 0, 0.5, 16.0])
+def test_fast_args_equal_the_full_checks_bit_for_bit(shape, alpha):
+    rng = np.random.default_rng(0)
+    for scale in (1e-20, 1e-3, 1.0, 1e3, 1e18):
+        for _ in range(50):
+            q = (scale * rng.standard_normal(shape)).astype(np.float32)
+            got = _one_query_args(q, 7, alpha, None, D, 0.25, 10)
+            assert got is not None  # the fast path was taken
+            want = full_checks(q, 7, alpha)
+            assert got[0].dtype == np.float32 and got[0].shape == (1, D)
+            np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+            assert got[1] == want[1] and got[3] == want[3]
+            np.testing.assert_array_equal(got[2], want[2])
+            assert got[2].dtype == want[2].dtype
+
+
+@pytest.mark.parametrize(
+    ("q", "k", "alpha", "error"),
+    [
+        (np.full(D, np.nan, dtype=np.float32), 5, 0.5, NonFiniteError),
+        (np.r_[np.inf, np.ones(D - 1)].astype(np.float32), 5, 0.5, NonFiniteError),
+        (np.zeros(D, dtype=np.float32), 5, 0.5, ZeroNormError),
+        (np.ones(D + 1, dtype=np.float32), 5, 0.5, DimensionMismatchError),
+        (np.ones((1, 1, D), dtype=np.float32), 5, 0.5, DimensionMismatchError),
+        (np.ones(D, dtype=np.float32), True, 0.5, InvalidParameterError),
+        (np.ones(D, dtype=np.float32), 0, 0.5, InvalidParameterError),
+        (np.ones(D, dtype=np.float32), 1 << 25, 0.5, InvalidParameterError),
+        (np.ones(D, dtype=np.float32), 5, float("nan"), InvalidParameterError),
+        (np.ones(D, dtype=np.float32), 5, 16.5, InvalidParameterError),
+        (np.ones(D, dtype=np.float32), 5, -17, InvalidParameterError),
+    ],
+)
+def test_fast_path_leaves_refusals_to_the_full_checks(q, k, alpha, error):
+    assert _one_query_args(q, k, alpha, None, D, 0.0, 10) is None
+    with pytest.raises(error):
+        search_args(q, k, alpha, None, D, 0.0, 10)
+    idx = NormIndex(D, factory="HNSW16")
+    idx.add(np.random.default_rng(1).standard_normal((50, D)).astype(np.float32))
+    with pytest.raises(error):
+        idx.search(q, k, alpha=alpha)
+
+
+def test_other_inputs_take_the_full_path_and_agree():
+    """float64, lists, numpy scalars for alpha and k: not the fast path, the same answer."""
+    rng = np.random.default_rng(2)
+    q32 = rng.standard_normal(D).astype(np.float32)
+    fast = _one_query_args(q32, 3, 0.5, None, D, 0.0, 10)
+    for q, k, alpha in [
+        (q32.astype(np.float64), 3, 0.5),
+        (q32.tolist(), 3, 0.5),
+        (q32, np.int64(3), 0.5),
+        (q32, 3, np.float64(0.5)),
+    ]:
+        assert _one_query_args(q, k, alpha, None, D, 0.0, 10) is None
+        got = search_args(q, k, alpha, None, D, 0.0, 10)
+        np.testing.assert_array_equal(got[0], fast[0])
+        np.testing.assert_array_equal(got[2], fast[2])
+
+
+def brute(x: np.ndarray, q: np.ndarray, alpha: float, k: int) -> np.ndarray:
+    norms = np.linalg.norm(x.astype(np.float64), axis=1)
+    qs = q / np.linalg.norm(q, axis=1, keepdims=True)
+    s = (qs @ (x / norms[:, None]).T) * norms**alpha
+    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 0.0, 0.5, 1.0])
+def test_single_queries_are_exact_when_the_index_is(alpha):
+    """IVF probing every list ranks cosines exactly, so one query at a time (the fast path,
+    its cached plan reused across queries) must equal brute force and the batch path."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((1500, D)) * rng.lognormal(0, 0.5, (1500, 1))).astype(np.float32)
+    q = rng.standard_normal((40, D)).astype(np.float32)
+    idx = NormIndex(D, factory="IVF8,Flat")
+    idx.train(x)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 8
+    idx.add(x, ids=np.arange(1500) * 3 + 7)
+    want = np.arange(1500)[brute(x, q, alpha, 10)] * 3 + 7
+    one_by_one = np.vstack([idx.search(q[i], 10, alpha=alpha)[1] for i in range(q.shape[0])])
+    np.testing.assert_array_equal(one_by_one, want)
+    np.testing.assert_array_equal(idx.search(q, 10, alpha=alpha)[1], want)
+
+
+def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
+    """The plan kept per alpha is keyed by FAISS's current breadth (changed on the index
+    directly, or per call) and dropped by any change of the index."""
+    from normrank import ann
+
+    used = []
+    real = ann.adaptive_search
+
+    def recording(*args, **kwargs):
+        used.append(kwargs["params"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ann, "adaptive_search", recording)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((400, D)).astype(np.float32)
+    idx = NormIndex(D, factory="HNSW16")
+    idx.add(x)
+    hnsw = faiss.downcast_index(idx.faiss_index.index).hnsw
+    q = x[0]
+    for ef in (16, 64, 16, 200):
+        hnsw.efSearch = ef
+        idx.search(q, 5, alpha=0.5)
+        assert used[-1] == {"efSearch": ef}
+    idx.search(q, 5, alpha=0.5, ef_search=48)
+    assert used[-1] == {"efSearch": 48}
+    assert hnsw.efSearch == 200  # the per-call breadth was put back
+    idx.add(rng.standard_normal((5, D)).astype(np.float32))
+    assert not idx._cache.plans  # a new state derives everything again
+    _, ids = idx.search(q, 5, alpha=0.5)
+    assert ids[0, 0] == 0 and len(idx._cache.plans) == 1
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
+def test_single_query_padding_is_minus_one(alpha):
+    """An IVF probing one small list has fewer than k candidates: the rows are padded with
+    id -1 and score -inf, never a stored id, and hold what the batch path returns."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, D)).astype(np.float32)
+    idx = NormIndex(D, factory="IVF32,Flat")
+    idx.train(x)
+    idx.add(x, ids=np.arange(300) + 1000)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 1
+    q = rng.standard_normal((5, D)).astype(np.float32)
+    batch_s, batch_ids = idx.search(q, 40, alpha=alpha)
+    for i in range(q.shape[0]):
+        s, ids = idx.search(q[i], 40, alpha=alpha)
+        pad = ids[0] == -1
+        assert pad.any() and (ids[0][~pad] >= 1000).all()
+        assert np.isneginf(s[0][pad]).all() and np.isfinite(s[0][~pad]).all()
+        np.testing.assert_array_equal(ids[0], batch_ids[i])
+        np.testing.assert_array_equal(s[0], batch_s[i])
