@@ -18,6 +18,10 @@ SHORT = {
 }
 
 
+def pct(x: float) -> str:
+    return f"{0.0 if abs(x) < 1e-9 else x:+.1f}%"  # a gain of rounding noise prints as +0.0%, not -0.0%
+
+
 def p(x: float) -> str:
     return f"{x:.0e}" if x < 1e-3 else f"{x:.3f}"
 
@@ -42,10 +46,10 @@ def main(path: str = "benchmarks/results/sweep.json") -> None:
             beta = sorted(ln["cv"]["betas"])[len(ln["cv"]["betas"]) // 2]  # the folds' median beta
             print(
                 f"| {ds if first else ''} | {SHORT[m]} | {cos:.4f} | {c['spearman_norm_length']:+.2f} "
-                f"| {r['cv']['gain_pct']:+.1f}% ({p(r['cv']['p_value'])}) "
-                f"| {beta:+.2f}: {ln['cv']['gain_pct']:+.1f}% ({p(ln['cv']['p_value'])}) "
-                f"| {res['cv']['gain_pct']:+.1f}% ({p(res['cv']['p_value'])}) "
-                f"| {max(perm['null_cv_gain_pct']):+.1f}% / {perm['p_value']:.3f} |"
+                f"| {pct(r['cv']['gain_pct'])} ({p(r['cv']['p_value'])}) "
+                f"| {beta:+.2f}: {pct(ln['cv']['gain_pct'])} ({p(ln['cv']['p_value'])}) "
+                f"| {pct(res['cv']['gain_pct'])} ({p(res['cv']['p_value'])}) "
+                f"| {pct(max(perm['null_cv_gain_pct']))} / {perm['p_value']:.3f} |"
             )
             first = False
 
