@@ -258,7 +258,8 @@ def reweighted_topk(
     nq, n = s.shape
     values = np.full((w.shape[0], nq, k), -np.inf, dtype=np.float32)
     positions = np.full((w.shape[0], nq, k), -1, dtype=np.int64)
-    weighted = np.empty_like(s)  # one buffer, reused: no allocation per weighting
+    weighted = np.empty_like(s)  # one buffer each, reused: no allocation per weighting
+    above = np.empty(s.shape, dtype=bool)
     if n <= 4 * k:  # small corpora: every document is a candidate, no bound needed
         every = np.broadcast_to(np.arange(n, dtype=np.int64), (nq, n))
         for i in range(w.shape[0]):
@@ -272,7 +273,7 @@ def reweighted_topk(
             bound = np.partition(weighted, n - k, axis=1)[:, n - k]  # the k-th best score
         else:
             bound = np.take_along_axis(weighted, positions[seed], axis=1).min(axis=1)
-        hits = np.flatnonzero(weighted >= bound[:, None])  # >= k per row
+        hits = np.flatnonzero(np.greater_equal(weighted, bound[:, None], out=above))  # >= k per row
         values[i], positions[i] = _select_hits(weighted, hits, k)
     return values, positions
 

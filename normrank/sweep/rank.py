@@ -31,7 +31,7 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     norms = np.linalg.norm(x, axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
-    return (x / norms[:, None]).astype(np.float32), norms.astype(np.float32)
+    return (x / norms[:, None]).astype(np.float32, copy=False), norms.astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
