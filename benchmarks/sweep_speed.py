@@ -9,7 +9,10 @@ Two comparisons, each side measured the same way:
   cached embeddings (every α ranked exactly, all metrics, CV, the paired test, the controls) and
   reads the stage times it records in sweep.json. They are compared with one cosine evaluation
   in steady state: exact top-100 by cosine + ranx's metrics on that run, timed in its own process
-  after one untimed call (ranx and numba loaded).
+  after one untimed call (ranx and numba loaded). The whole sweep is also timed that way
+  (``sweep_embeddings`` in that process, after one untimed call): the stages above are its first
+  call in a fresh process, which also pays numpy's first uses (e.g. ``np.quantile`` importing
+  ``numpy.ma``).
 * **whole fresh process**: the wall time of that `normrank sweep` process (interpreter start,
   imports, reading the collection and the cached embeddings, the sweep, writing sweep.json/md/png
   and per_query.csv) against the wall time of a fresh process that reads the same collection and
@@ -46,12 +49,20 @@ q, d = embed_dataset(ds, sys.argv[2], EmbeddingCache(), {}, 64, False, None, qid
 qrels = Qrels({x: ds.qrels[x] for x in qids})
 m = ["ndcg@10", "recall@100", "mrr@10"]
 """
-# Steady state: one untimed call loads ranx / numba, then three timed calls.
+# Steady state: one untimed call loads ranx / numba, then three timed calls; the same for the
+# whole in-process sweep (sweep_embeddings as `normrank sweep` calls it), so that the two can
+# also be compared like for like (the sweep's stages above come from its first call).
 STEADY = (
     READ
     + """
+from normrank.sweep import parse_alphas, sweep_embeddings
+from normrank.sweep.metrics import parse_metrics
+from normrank.settings import DEFAULT_ALPHAS, DEFAULT_METRICS
 first = time_cosine_eval(q, d, 100, qids, qrels, ds.doc_ids, m)
-print(json.dumps({"first": first, "steady": [time_cosine_eval(q, d, 100, qids, qrels, ds.doc_ids, m) for _ in range(3)]}))
+steady = [time_cosine_eval(q, d, 100, qids, qrels, ds.doc_ids, m) for _ in range(3)]
+kw = dict(alphas=parse_alphas(DEFAULT_ALPHAS), metrics=parse_metrics(DEFAULT_METRICS))
+sweeps = [sweep_embeddings(ds, sys.argv[2], q, d, **kw).timing["sweep_total"] for _ in range(4)][1:]
+print(json.dumps({"first": first, "steady": steady, "sweep_steady": sweeps}))
 """
 )
 # A fresh process doing only the cosine evaluation, once.
@@ -107,6 +118,7 @@ def main() -> int:
     summary = {
         "data": args.data, "model": args.model, "repeat": args.repeat,
         "cosine_eval_s": cos, "cosine_eval_first_call_s": base["first"],
+        "sweep_total_steady_s": statistics.median(base["sweep_steady"]),
         **{f"{k}_s": med(k) for k in (*stages, "controls", "sweep_total")},
         "process_wall_s": med("process_wall_s"),
         "cosine_process_wall_s": statistics.median(r["process_wall_s"] for r in fresh_cos),
@@ -135,6 +147,8 @@ def main() -> int:
             f"weights scored ({s['controls_rank_s']:.3f}), 99 shuffles × 13 α + their CV "
             f"({s['controls_null_s']:.3f})", s["controls_s"], cos),
         row("**everything: norm total + controls** (`timing_s.sweep_total`)", s["sweep_total_s"], cos),
+        row("everything, steady state: the same sweep in the cosine evaluation's process, median of 3 "
+            "after one untimed call (as the cosine evaluation is timed)", s["sweep_total_steady_s"], cos),
         "",
         "## Whole fresh processes (wall time around the process)\n",
         "| process | seconds | × the fresh cosine-evaluation process |",

@@ -196,17 +196,51 @@ def _chain_from(first: int, count: int) -> list[tuple[int, int | None]]:
     return chain
 
 
+_KEY_BITS = 63  # (row, score, position) keys of _select_hits: int64 without its sign bit
+
+
+def _select_hits(weighted: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of each row of ``weighted`` (nq, n) in the total order (score descending, position
+    ascending) among the flat indices ``hits`` (ascending, at least k per row).
+
+    One sort of (row, score, position) keys packed in 64 bits, then each row's first k; rows
+    and positions too many for 64 bits fall back to :func:`_topk_small` on padded rows.
+    """
+    nq, n = weighted.shape
+    rows = hits // n
+    pos = hits - rows * n
+    pos_bits = max(1, int(n - 1).bit_length())
+    row_bits = max(1, int(nq - 1).bit_length())
+    counts = np.bincount(rows, minlength=nq)
+    starts = np.cumsum(counts) - counts
+    if row_bits + 32 + pos_bits > _KEY_BITS:
+        slot = np.arange(hits.size) - starts[rows]
+        # Pads (-inf, -1) are never selected: every row has at least k real candidates.
+        cand_values = np.full((nq, int(counts.max())), -np.inf, dtype=np.float32)
+        cand_positions = np.full(cand_values.shape, -1, dtype=np.int64)
+        cand_values[rows, slot] = weighted.ravel()[hits]
+        cand_positions[rows, slot] = pos
+        return _topk_small(cand_values, cand_positions, k)
+    # 0xFFFFFFFF - (order + 2**31): ascending keys are scores descending, within a row
+    desc = 0x7FFFFFFF - _orderable(weighted.ravel()[hits])
+    key = (rows << (32 + pos_bits)) | (desc << pos_bits) | pos
+    key.sort()
+    best = key[(starts[:, None] + np.arange(k)).ravel()].reshape(nq, k) & ((1 << pos_bits) - 1)
+    return np.take_along_axis(weighted, best, axis=1), best
+
+
 def reweighted_topk(
     scores: np.ndarray, weight_rows: np.ndarray, k: int, first: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of ``scores * weight_rows[i]`` for every row ``i`` of weights (the α-sweep).
 
-    A full heap pass per weighting costs ~3 ns per score. Neighbouring weightings (α and
-    α ± 0.25) rank almost alike, so each is bounded by its neighbour's top-k instead: those k
-    documents re-weighted give a k-th best score no larger than the true one, and only scores at
-    or above it (a few more than k per row) are selected from. ``first`` is bounded by a full heap
-    pass. Results follow a total order, score descending then position ascending, so the
-    documents kept among equal scores never depend on the kernel or on ``first``.
+    Neighbouring weightings (α and α ± 0.25) rank almost alike, so each is bounded by its
+    neighbour's top-k: those k documents re-weighted give a k-th best score no larger than the
+    true one, and only scores at or above it (a few more than k per row) are selected from.
+    ``first`` is bounded by its exact k-th score (``np.partition``: single-threaded, where
+    FAISS's heap pays OpenMP start-up against the BLAS threads, ~10x more on a busy machine).
+    Results follow a total order, score descending then position ascending, so the documents
+    kept among equal scores never depend on the kernel or on ``first``.
 
     Args:
         scores: ``(nq, n)`` float32 (cosines).
@@ -224,7 +258,8 @@ def reweighted_topk(
     nq, n = s.shape
     values = np.full((w.shape[0], nq, k), -np.inf, dtype=np.float32)
     positions = np.full((w.shape[0], nq, k), -1, dtype=np.int64)
-    weighted = np.empty_like(s)  # one buffer, reused: no allocation per weighting
+    weighted = np.empty_like(s)  # one buffer each, reused: no allocation per weighting
+    above = np.empty(s.shape, dtype=bool)
     if n <= 4 * k:  # small corpora: every document is a candidate, no bound needed
         every = np.broadcast_to(np.arange(n, dtype=np.int64), (nq, n))
         for i in range(w.shape[0]):
@@ -232,21 +267,14 @@ def reweighted_topk(
             kk = min(k, n)
             values[i, :, :kk], positions[i, :, :kk] = _topk_small(weighted, every, kk)
         return values, positions
-    row_start = np.arange(nq, dtype=np.int64) * n
     for i, seed in _chain_from(first, w.shape[0]):
         np.multiply(s, w[i], out=weighted)
-        seed_positions = topk(weighted, k)[1] if seed is None else positions[seed]
-        bound = np.take_along_axis(weighted, seed_positions, axis=1).min(axis=1)
-        hits = np.flatnonzero(weighted >= bound[:, None])  # >= k per row: the seed documents
-        rows = hits // n
-        counts = np.bincount(rows, minlength=nq)
-        slot = np.arange(hits.size) - (np.cumsum(counts) - counts)[rows]
-        # Pads (-inf, -1) are never selected: every row has at least k real candidates.
-        cand_values = np.full((nq, int(counts.max())), -np.inf, dtype=np.float32)
-        cand_positions = np.full(cand_values.shape, -1, dtype=np.int64)
-        cand_values[rows, slot] = weighted.ravel()[hits]
-        cand_positions[rows, slot] = hits - row_start[rows]
-        values[i], positions[i] = _topk_small(cand_values, cand_positions, k)
+        if seed is None:
+            bound = np.partition(weighted, n - k, axis=1)[:, n - k]  # the k-th best score
+        else:
+            bound = np.take_along_axis(weighted, positions[seed], axis=1).min(axis=1)
+        hits = np.flatnonzero(np.greater_equal(weighted, bound[:, None], out=above))  # >= k per row
+        values[i], positions[i] = _select_hits(weighted, hits, k)
     return values, positions
 
 

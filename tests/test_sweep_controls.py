@@ -161,3 +161,34 @@ def test_controls_json_and_report(tmp_path) -> None:
     # Controls off: the pinned entry without them, and no control timing.
     bare = sweep_embeddings(ds, "toy", q, d, alphas=[-1.0, 0.0], metrics=["ndcg@10"], controls=False)
     assert bare.controls is None and "controls" not in bare.to_dict()
+
+
+def test_lengths_are_the_tokenizers_counts_and_words_without_tokenizers(tmp_path, monkeypatch) -> None:
+    """Token counts (whole text, no special tokens) equal the tokenizer's own, from the cache on
+    the second call; without the ``tokenizers`` package the unit is words, not an import error."""
+    import importlib.util
+
+    from normrank.settings import CACHE_ENV
+    from normrank.sweep.lengths import document_lengths, tokenizer_file
+
+    tok = tokenizer_file("all-MiniLM-L6-v2")
+    if tok is None or importlib.util.find_spec("tokenizers") is None:
+        pytest.skip("the offline MiniLM tokenizer is not available here")
+    from tokenizers import Tokenizer
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    texts = ["Norms encode specificity.", "a " * 700, "x"]
+    ref = Tokenizer.from_file(str(tok))
+    ref.no_truncation()
+    ref.no_padding()
+    want = [max(1, len(ref.encode(t, add_special_tokens=False).ids)) for t in texts]
+    for _ in range(2):  # computed, then read back from the cache
+        got, unit = document_lengths("all-MiniLM-L6-v2", texts)
+        assert unit == "tokens" and got.tolist() == want
+    assert list((tmp_path / "lengths").glob("*.npy"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tokenizers" else real(name, *a)
+    )
+    got, unit = document_lengths("all-MiniLM-L6-v2", texts)
+    assert unit == "words" and got.tolist() == [3, 700, 1]

@@ -3,6 +3,8 @@ ranx) and the pooled calibration measures (equal to scikit-learn's definitions w
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from normrank.sweep.calibration import auroc, best_threshold
 from normrank.sweep.metrics import METRICS, QrelsMatrix, metrics_help, parse_metrics, per_query_metric
 from normrank.sweep.selection import cross_validate, cv_choose_many, paired_t_p
 
+metrics_module = importlib.import_module("normrank.sweep.metrics")
 ranx = pytest.importorskip("ranx")
 stats = pytest.importorskip("scipy.stats")
 
@@ -37,8 +40,11 @@ def random_case(rng: np.random.Generator, nq: int = 40, n: int = 60, k: int = 20
     return doc_ids, qrels, pos
 
 
+@pytest.mark.parametrize("dense", [True, False])  # relevance from the dense table / the sorted keys
 @pytest.mark.parametrize("metric", ["ndcg@10", "ndcg@3", "recall@20", "mrr@10", "precision@5", "hit_rate@10"])
-def test_vectorised_metrics_equal_ranx(metric: str) -> None:
+def test_vectorised_metrics_equal_ranx(metric: str, dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not dense:
+        monkeypatch.setattr(metrics_module, "_DENSE_RELEVANCE", 0)
     rng = np.random.default_rng(1)
     doc_ids, qrels, pos = random_case(rng)
     got = per_query_metric(metric, pos[None], QrelsMatrix(qrels, {d: i for i, d in enumerate(doc_ids)}))[0]
@@ -56,6 +62,26 @@ def test_vectorised_metrics_equal_ranx(metric: str) -> None:
     np.testing.assert_allclose(got[keep], ref, atol=1e-12)
     # Queries without any relevant document score 0 (ranx drops them; they never reach the sweep).
     assert np.all(got[[i for i in range(len(qids)) if i not in keep]] == 0)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_relevance_equals_the_qrels_lookup(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each retrieved position's grade against a dict lookup, over several rankings at once, with
+    -1 pads in the first and the last query (the dense table sends them to its zero column)."""
+    if not dense:
+        monkeypatch.setattr(metrics_module, "_DENSE_RELEVANCE", 0)
+    rng = np.random.default_rng(4)
+    doc_ids, qrels, pos = random_case(rng)
+    pos = np.stack([pos, np.roll(pos, 1, axis=0), pos[:, ::-1]])  # (3, nq, k)
+    pos[:, -1, :2] = -1
+    pos[1, 0, :] = -1
+    got = QrelsMatrix(qrels, {d: i for i, d in enumerate(doc_ids)}).relevance(pos)
+    want = np.zeros(pos.shape)
+    for (a, q, r), p in np.ndenumerate(pos):
+        g = qrels[q].get(doc_ids[p], 0) if p >= 0 else 0
+        want[a, q, r] = g if g >= 1 else 0
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.float64
 
 
 def test_registry_builds_the_error_and_the_help() -> None:

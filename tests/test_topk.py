@@ -135,10 +135,14 @@ def test_topk_refuses_non_matrix():
         topk(np.zeros(5, np.float32), 2)
 
 
+@pytest.mark.parametrize("key_bits", [63, 0])  # 0: rows and positions "too many" for packed keys
 @pytest.mark.parametrize("n", [30, 2000])  # n <= 4k takes every document as a candidate
-def test_reweighted_topk_matches_brute_force_in_total_order(n):
+def test_reweighted_topk_matches_brute_force_in_total_order(n, key_bits, monkeypatch):
     """Every weighting row against numpy's ranking by (score desc, position asc); the scores are
-    rounded to a coarse grid so that ties occur and the tie order is checked too."""
+    rounded to a coarse grid so that ties occur and the tie order is checked too. Both ways of
+    selecting among the candidates: one sort of packed (row, score, position) keys, and padded
+    rows where those keys would not fit in 64 bits."""
+    monkeypatch.setattr(topk_module, "_KEY_BITS", key_bits)
     rng = np.random.default_rng(7)
     scores = np.round(rng.uniform(0, 1, size=(9, n)) * 64).astype(np.float32) / 64
     weight_rows = np.stack(

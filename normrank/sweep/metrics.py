@@ -36,6 +36,11 @@ def parse_metrics(spec: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+# Up to this many (query, document) entries, relevance is read from a dense float64 table (64 MB)
+# rather than searched in the sorted keys: the α-sweep looks up every α's top 100.
+_DENSE_RELEVANCE = 1 << 23
+
+
 class QrelsMatrix:
     """Graded judgements of ``nq`` queries over documents ``0..n-1``, for fast lookup.
 
@@ -62,13 +67,20 @@ class QrelsMatrix:
         self._keys = np.asarray(keys, dtype=np.int64)[order]
         self._rels = np.asarray(rels, dtype=np.float64)[order]
         self._dense: np.ndarray | None = None
+        self._table: np.ndarray | None = None
 
     def relevance(self, positions: np.ndarray) -> np.ndarray:
         """Relevance of each retrieved position, shape of ``positions`` (..., nq, k); -1 -> 0."""
         q = np.arange(self.nq, dtype=np.int64).reshape(-1, 1)
-        keys = q * self.n + positions
         if self._keys.size == 0:
             return np.zeros(positions.shape, dtype=np.float64)
+        if self.nq * (self.n + 1) <= _DENSE_RELEVANCE:
+            if self._table is None:  # (nq, n + 1), the last column 0: where position -1 lands
+                self._table = np.zeros(self.nq * (self.n + 1), dtype=np.float64)
+                self._table[self._keys + self._keys // max(self.n, 1)] = self._rels
+            # q * (n + 1) - 1 is the previous row's zero column (q = 0: the last row's)
+            return self._table[q * (self.n + 1) + positions]
+        keys = q * self.n + positions
         idx = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
         hit = (self._keys[idx] == keys) & (positions >= 0)
         return np.where(hit, self._rels[idx], 0.0)

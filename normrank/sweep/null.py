@@ -51,6 +51,14 @@ _MARGIN = 1e-5
 _FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
 
 
+def _count_last(mask: np.ndarray) -> np.ndarray:
+    """``np.count_nonzero(mask, axis=-1)`` as int64; summed as bytes where the last axis is
+    shorter than 256 (no count can wrap), about twice as fast as count_nonzero's int sum."""
+    if mask.shape[-1] < 256:
+        return np.add.reduce(mask.view(np.uint8), axis=-1, dtype=np.uint8).astype(np.int64)
+    return np.count_nonzero(mask, axis=-1)
+
+
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
     """``(k, n)`` int64: the null's permutations of the documents' norms (seeded, reproducible)."""
     return np.stack([np.random.default_rng([seed, j]).permutation(n) for j in range(k)]).reshape(k, n)
@@ -204,10 +212,10 @@ class RelevantRanks:
                 np.multiply(self.c_cos, s, out=s)
                 r = self.f_rcos * w[src_r[b0 : b0 + step, self.few]]
             r3 = r[..., None]
-            got = np.count_nonzero(s > r3, axis=-1)
+            got = _count_last(s > r3)
             eq = s == r3
             if np.count_nonzero(eq) > self.self_in_c * s.shape[0]:  # a tie other than itself
-                got += np.count_nonzero(eq & self.lower, axis=-1)
+                got += _count_last(eq & self.lower)
             eb, ef = np.nonzero(got < self.kk)
             entries.append((eb + b0, self.few[ef], got[eb, ef]))
         if self.many.size:
@@ -279,7 +287,17 @@ class RelevantRanks:
         dt = np.float32 if big < 20 else np.float64
         lc, ln_t, a_t = self._lc.astype(dt), ln.astype(dt), asort.astype(dt)
         steps = np.diff(asort)
+        # A grid on a lattice (uniform, or uniform with holes: the default grid without 0):
+        # #grid points below t from t's lattice index by a table, not a search (~10x cheaper).
+        # Off by one only where t is near a lattice point: a grid point (caught below) or a hole
+        # (the count is the same on both sides of a hole).
         uniform = bool(np.allclose(steps, steps[0], rtol=1e-9, atol=0))
+        unit = steps[0] if uniform else steps.min()
+        lattice = np.rint((asort - asort[0]) / unit) if unit > 0 else np.zeros(0)
+        below = None  # below[i]: grid points at lattice indices < i
+        on_lattice = unit > 0 and np.allclose(asort - asort[0], lattice * unit, rtol=0, atol=1e-9 * unit)
+        if on_lattice and lattice[-1] <= 4 * na:  # a small table
+            below = np.cumsum(np.bincount(lattice.astype(np.int64) + 1, minlength=int(lattice[-1]) + 2))
         # x(a) = lc + a * dl > M  <=>  dl > (M - lc) / a for a > 0, dl < (M - lc) / a for a < 0
         # (and < -M likewise); nan lc (cos_r <= 0) fails every comparison: compared in float32.
         with np.errstate(invalid="ignore"):
@@ -301,15 +319,16 @@ class RelevantRanks:
             lo_pos, lo_neg = cmp(dl, th_pos[0], a_t[0] > 0), cmp(dl, th_neg[0], a_t[0] < 0)
             hi_pos, hi_neg = cmp(dl, th_pos[1], a_t[-1] > 0), cmp(dl, th_neg[1], a_t[-1] < 0)
             sure = lo_pos & hi_pos
-            cnt[b0 : b0 + b] += np.count_nonzero(sure, axis=-1)[..., None]
+            cnt[b0 : b0 + b] += _count_last(sure)[..., None]
             flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
             fi = np.flatnonzero(flip)
             if fi.size:
                 d, lcf = dl.ravel()[fi], np.broadcast_to(lc, dl.shape).ravel()[fi]
                 t = -lcf / d  # the zero of x: beats above it when d > 0, below it when d < 0
-                if uniform:  # #grid points below t, off by one only where t is near one (caught below)
-                    j = np.ceil((t - a_t[0]) / a_t.dtype.type(steps[0])).astype(np.int64)
+                if below is not None:
+                    j = np.ceil((t - a_t[0]) / a_t.dtype.type(unit)).astype(np.int64)
+                    j = below[np.clip(j, 0, below.size - 1)]
                 else:
                     j = np.searchsorted(a_t, t)
                 j = np.clip(j, 1, na - 1)
@@ -392,21 +411,21 @@ class RelevantRanks:
             docs = inv.ravel()[eb[e][rep] * n + srcs] if inv is not None else srcs
             q = self.pq[ep[e]][rep]
             flat = q * n + docs  # (query, document) into the dense (nq, n) arrays
+            cs = self._cosines.ravel()[flat] if self._cosines is not None else self.cos_pairs(q, docs)
+            sc = cs * w[srcs]
+            # Few score at least as high: the other tests only on those.
+            hi = np.flatnonzero(sc >= rv[e][rep])
+            rep, docs, flat, sc = rep[hi], docs[hi], flat[hi], sc[hi]
             if self.is_cand is not None:
                 outside = ~self.is_cand.ravel()[flat]  # candidates were counted already
             else:
                 at = np.minimum(np.searchsorted(self.cand_keys, flat), self.cand_keys.size - 1)
                 outside = self.cand_keys[at] != flat
-            cs = self._cosines.ravel()[flat] if self._cosines is not None else self.cos_pairs(q, docs)
-            sc = cs * w[srcs]
             r = rv[e][rep]
             pd_e = self.pd[ep[e]][rep]
-            beat = sc > r
-            tie = sc == r
-            if tie.any():  # equal scores: the lower position first, never the document itself
-                beat |= tie & (docs < pd_e)
-            beat &= outside & (docs != pd_e)
-            cnt[e] += np.bincount(rep, weights=beat, minlength=e.size).astype(np.int64)
+            # equal scores: the lower position first, never the document itself
+            beat = ((sc > r) | (docs < pd_e)) & outside & (docs != pd_e)
+            cnt[e] += np.bincount(rep[beat], minlength=e.size)
             start = stop
         rows = np.flatnonzero(full)
         self.full_rows += rows.size

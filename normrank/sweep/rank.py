@@ -16,7 +16,7 @@ import numpy as np
 from normrank.errors import InvalidInputError
 from normrank.scoring import norm_weight
 from normrank.settings import SWEEP_BLOCK_FLOATS
-from normrank.topk import reweighted_topk
+from normrank.topk import inner_products, reweighted_topk
 
 __all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
 
@@ -31,7 +31,7 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     norms = np.linalg.norm(x, axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
-    return (x / norms[:, None]).astype(np.float32), norms.astype(np.float32)
+    return (x / norms[:, None]).astype(np.float32, copy=False), norms.astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,11 @@ class WeightGrid:
 
 
 def rank_grids(
-    queries: np.ndarray, docs: np.ndarray, grids: Sequence[WeightGrid], keep_cosines: bool = False
+    queries: np.ndarray,
+    docs: np.ndarray,
+    grids: Sequence[WeightGrid],
+    keep_cosines: bool = False,
+    units: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float], np.ndarray | None]:
     """Exact top-k of every grid from ONE cosine matrix, computed block by block.
 
@@ -53,9 +57,14 @@ def rank_grids(
     int64, both ``(n_exponents, nq, k)`` (positions index ``docs``; -1 pads when n < k).
     ``timing`` has ``cosine_matmul`` and ``rank_<name>`` seconds. ``cosines``: the whole (nq, n)
     float32 matrix when ``keep_cosines`` and it fits in :data:`KEEP_COSINES_FLOATS`, else None.
+    ``units``: ``(unit queries, unit documents, document norms)`` as :func:`unit_rows` gives them,
+    when the caller has them already (``queries`` and ``docs`` are then not read).
     """
-    qn, _ = unit_rows(queries, "queries")
-    dn, dnorm = unit_rows(docs, "documents")
+    if units is None:
+        qn, _ = unit_rows(queries, "queries")
+        dn, dnorm = unit_rows(docs, "documents")
+    else:
+        qn, dn, dnorm = units
     nq, n = qn.shape[0], dn.shape[0]
     plans = []
     for g in grids:
@@ -72,9 +81,11 @@ def rank_grids(
     kept = np.empty((nq, n), np.float32) if keep_cosines and nq * n <= KEEP_COSINES_FLOATS else None
     for q0 in range(0, nq, block):
         t = time.perf_counter()
-        cos = qn[q0 : q0 + block] @ dn.T
-        if kept is not None:
-            kept[q0 : q0 + cos.shape[0]] = cos
+        # FAISS's BLAS (OpenMP threads that stop spinning soon after the call), not numpy's:
+        # numpy's OpenBLAS threads keep spinning after it and, on a machine with more runnable
+        # threads than cores, took the core the ranking below runs on (it ran 2x slower).
+        qb = qn[q0 : q0 + block]
+        cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
         timing["cosine_matmul"] += time.perf_counter() - t
         for g, order, first, rows, (scores, pos) in plans:
             t = time.perf_counter()

@@ -85,6 +85,8 @@ def sweep_embeddings(
     with_controls = controls and weights is None
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
+    qn = unit_rows(queries, "queries")[0]
+    dn, dnorm32 = unit_rows(docs, "documents")  # once, for the ranking and the controls
     dnorm = np.linalg.norm(np.asarray(docs, dtype=np.float64), axis=1)
     depth = max(k, NULL_CANDIDATES) if with_controls else k
     grids = [WeightGrid("norm", weights, list(alphas), depth)]
@@ -94,7 +96,9 @@ def sweep_embeddings(
         lengths, unit = document_lengths(model, dataset.doc_texts, length_unit)
         resid, fit = length_residual(dnorm, lengths)
         timing["controls_lengths"] = time.perf_counter() - t
-    ranked, rt, cosines = rank_grids(queries, docs, grids, keep_cosines=with_controls)
+    ranked, rt, cosines = rank_grids(
+        queries, docs, grids, keep_cosines=with_controls, units=(qn, dn, dnorm32)
+    )
     scores, pos = ranked["norm"]
     timing["cosine_matmul"], timing["reweight_topk"] = rt["cosine_matmul"], rt["rank_norm"]
     t = time.perf_counter()
@@ -118,7 +122,6 @@ def sweep_embeddings(
     if with_controls:
         t = time.perf_counter()
         cos_pq = per_query[CV_METRIC][i0]
-        qn, dn = unit_rows(queries, "queries")[0], unit_rows(docs, "documents")[0]
         # The controls' NDCG@10 from the ranks of the relevant documents among the norm run's
         # cosine top-100 (exact: null.RelevantRanks), shared with the null.
         ranks = RelevantRanks(qm, pos[i0], scores[i0], cosines, qn, dn)
