@@ -158,7 +158,7 @@ def main() -> int:
             "(ranx loaded; its own process, median of 3 after one untimed call)", cos, cos),
         f"| the same with FAISS's `IndexFlatIP` (normalise, add, search top-100) + ranx: the plain peer "
         f"| {s['faiss_cosine_eval_s']:.3f} | {s['faiss_cosine_eval_s'] / cos:.2f}× |",
-        row("α-sweep: cosine matrix once, 13 α each ranked exactly (top 100) + the same 3 metrics", s["alpha_sweep_s"], cos),
+        row("α-sweep: unit vectors and norms, cosine matrix once, 13 α each ranked exactly (top 100) + the same 3 metrics", s["alpha_sweep_s"], cos),
         row("norm total: α-sweep + 5-fold CV + paired t-test", s["sweep_norm_s"], cos),
         row("controls: lengths (tokenizer counts, cached), the length (21 β) and residual (13 α) "
             f"weights scored ({s['controls_rank_s']:.3f}), 99 shuffles × 13 α + their CV "

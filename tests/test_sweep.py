@@ -266,3 +266,13 @@ def test_by_depth_buckets_heading_path_queries() -> None:
         ).by_depth
         is None
     )
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (511, 16), (513, 16), (2000, 40)])
+def test_blockwise_float64_norms_equal_one_pass(shape: tuple[int, int]) -> None:
+    from normrank.sweep.run import _norms64
+
+    rng = np.random.default_rng(shape[0])
+    x = (rng.standard_normal(shape) * rng.random((shape[0], 1)) * 5).astype(np.float32)
+    assert np.array_equal(_norms64(x), np.linalg.norm(x.astype(np.float64), axis=1))
+    assert np.array_equal(_norms64(x, rows=7), np.linalg.norm(x.astype(np.float64), axis=1))

@@ -140,7 +140,7 @@ def _timing_table(runs: Sequence[SweepRun]) -> str:
         "\n## Timing (seconds, in this process, embeddings already in memory)\n\n",
         "Stage times of the sweep itself; not included: interpreter start, imports, reading the collection "
         "and the embeddings, writing these reports (the whole process is timed by "
-        "`benchmarks/sweep_speed.py`). α-sweep: the cosine matrix once, every α re-weighted and ranked "
+        "`benchmarks/sweep_speed.py`). α-sweep: unit vectors and norms, the cosine matrix once, every α re-weighted and ranked "
         "exactly, all metrics. Norm total: the α-sweep + cross-validation + paired t-test. Controls: "
         "document lengths, the length and residual weights scored, and the permutation null (K shuffles "
         "through every α and the CV). Everything: norm total + controls. One cosine evaluation (only with "
