@@ -54,6 +54,11 @@ class NormIndex(SearchKnobs):
     either before or after a concurrent ``add`` / ``remove``, never in between.
     """
 
+    # Search options, checked on every assignment (constructor, load and ``index.ann = ...``).
+    ann = check.Checked(lambda v, _name: check.as_ann(v))
+    n_tail = check.Checked(check.as_count)
+    max_depth = check.Checked(check.as_count)
+
     def __init__(
         self,
         dim: int | faiss.Index,

@@ -20,7 +20,7 @@ from normrank.faiss_info import (
     levels,
     stored_ids,
 )
-from normrank.validation import MAX_ID, as_alpha, as_ids, as_k_factor, as_weights
+from normrank.validation import MAX_ID, as_alpha, as_ann, as_count, as_ids, as_k_factor, as_weights
 
 __all__ = ["IndexState", "check_state"]
 
@@ -62,9 +62,6 @@ class IndexState:
         return cls(faiss_index, ids, np.empty(0, dtype=np.float32), **options)  # type: ignore[arg-type]
 
 
-_ANN_METHODS = ("adaptive", "overfetch")
-
-
 def check_state(state: IndexState) -> None:
     """Refuse a state no NormIndex can be in, however consistent it looks: the one check behind
     ``NormIndex.from_state``, ``save`` (before anything is written) and ``load`` (where a refusal
@@ -76,13 +73,9 @@ def check_state(state: IndexState) -> None:
     index can delete)."""
     as_alpha(state.alpha, 1)
     as_k_factor(state.k_factor)
-    if state.ann not in _ANN_METHODS:
-        raise InvalidParameterError(f"ann must be one of {list(_ANN_METHODS)}, got {state.ann!r}")
-    for name, v in (("n_tail", state.n_tail), ("max_depth", state.max_depth)):
-        if v is not None and (
-            isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= v < 1 << 62
-        ):
-            raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {v!r}")
+    as_ann(state.ann)
+    as_count(state.n_tail, "n_tail")
+    as_count(state.max_depth, "max_depth")
     if state.factory is not None and not isinstance(state.factory, str):
         raise InvalidParameterError(f"factory must be a string or None, got {type(state.factory).__name__}")
     if isinstance(state.next_id, bool) or not isinstance(state.next_id, int | np.integer):

@@ -18,15 +18,21 @@ from normrank.errors import (
 )
 
 __all__ = [
+    "ANN_METHODS",
     "MAX_ABS_ALPHA",
     "MAX_ID",
     "MAX_RESULT_ENTRIES",
+    "Checked",
     "as_alpha",
+    "as_ann",
+    "as_count",
+    "as_flag",
     "as_id_list",
     "as_ids",
     "as_k",
     "as_k_factor",
     "as_one_id",
+    "as_positive_int",
     "as_vectors",
     "as_weights",
     "split_norms",
@@ -214,6 +220,57 @@ def as_k_factor(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= 1 << 20:
         raise InvalidParameterError(f"k_factor must be an integer in [1, {1 << 20}], got {value!r}")
     return int(value)
+
+
+ANN_METHODS = ("adaptive", "overfetch")
+
+
+def as_ann(value: object) -> str:
+    """An ANN search method of :data:`ANN_METHODS`."""
+    if not isinstance(value, str) or value not in ANN_METHODS:
+        raise InvalidParameterError(f"ann must be one of {list(ANN_METHODS)}, got {value!r}")
+    return value
+
+
+def as_positive_int(value: object, name: str) -> int:
+    """An integer >= 1 (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def as_count(value: object, name: str) -> int | None:
+    """A non-negative integer below 2**62, or None (an option's "default")."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 1 << 62:
+        raise InvalidParameterError(f"{name} must be a non-negative integer or None, got {value!r}")
+    return int(value)
+
+
+def as_flag(value: object, name: str) -> bool:
+    """A bool (numpy's included): ``"no"`` or ``2`` would otherwise read as True."""
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidParameterError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+class Checked:
+    """A public search option checked on every assignment, not only by the constructor:
+    ``index.ann = "overfetsh"`` raises instead of quietly searching another way (and instead of
+    surfacing later as a save that refuses). ``check(value, name)`` returns the stored value."""
+
+    def __init__(self, check) -> None:
+        self.check = check
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, "_" + name
+
+    def __get__(self, obj: object, owner: type | None = None):
+        return self if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj: object, value: object) -> None:
+        setattr(obj, self.slot, self.check(value, self.name))
 
 
 def as_k(k: object, nq: int) -> int:

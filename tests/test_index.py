@@ -526,3 +526,22 @@ def test_largest_ids_save_load_and_default_ids_stop_typed(tmp_path):
     with pytest.raises(normrank.InvalidInputError):
         ix.add(np.ones((1, 4)), ids=[top + 1])
     assert _unchanged(before, ix)
+
+
+@pytest.mark.parametrize(
+    ("attr", "bad"),
+    [("ann", "overfetsh"), ("ann", None), ("n_tail", -1), ("n_tail", 2.5), ("max_depth", True)],
+)
+def test_search_option_set_after_construction_is_checked(tmp_path, attr, bad):
+    # A misspelt method used to search the default way, then make the next save refuse.
+    x = clustered(300, 16, np.random.default_rng(2))
+    index = NormIndex(16, factory="IVF4,Flat", alpha=-0.5)
+    index.train(x)
+    index.add(x)
+    before = getattr(index, attr)
+    with pytest.raises(normrank.InvalidParameterError, match=attr):
+        setattr(index, attr, bad)
+    assert getattr(index, attr) == before
+    index.save(tmp_path / "ix")  # what was accepted can be saved
+    with pytest.raises(normrank.InvalidParameterError, match=attr):
+        NormIndex(16, factory="IVF4,Flat", **{attr: bad})

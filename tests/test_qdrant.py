@@ -105,3 +105,16 @@ def test_requests_are_the_servers_rest_models(pair):
     body = rest.QueryRequestBatch(searches=[req]).model_dump_json(exclude_none=True)
     assert '"formula"' in body and '"prefetch"' in body and '"pow"' in body
     assert rest.QueryRequestBatch.model_validate_json(body).searches[0] == req
+
+
+@pytest.mark.parametrize(
+    ("attr", "bad"), [("k_factor", 0), ("k_factor", 2.5), ("n_tail", -1), ("n_tail", "20")]
+)
+def test_option_set_after_construction_is_checked(pair, attr, bad):
+    from normrank.errors import InvalidParameterError
+
+    qi, _ref, _q = pair
+    before = getattr(qi, attr)
+    with pytest.raises(InvalidParameterError, match=attr):
+        setattr(qi, attr, bad)
+    assert getattr(qi, attr) == before

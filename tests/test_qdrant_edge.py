@@ -473,3 +473,18 @@ def test_first_band_seen_in_part_is_searched_again(syn_cosine_first, alpha, monk
     s, ids = ei.search(q, 10, alpha=alpha)
     assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
     assert len(reqs[0]) == 2 * q.shape[0]  # each query's cosine request and its band's
+
+
+@pytest.mark.parametrize(
+    ("attr", "bad"),
+    [("hnsw_ef", 0), ("hnsw_ef", -1), ("hnsw_ef", 2.5), ("hnsw_ef", "64"), ("k_factor", 0),
+     ("k_factor", 2.5), ("n_tail", -5), ("n_tail", 1.5), ("exact", "no"), ("exact", 2)],
+)  # fmt: skip
+def test_option_set_after_construction_is_checked(small, attr, bad):
+    ei, _x, _q = small
+    before = getattr(ei, attr)
+    with pytest.raises(InvalidParameterError, match=attr):
+        setattr(ei, attr, bad)
+    assert getattr(ei, attr) == before  # refused, not stored
+    with pytest.raises(InvalidParameterError, match=attr):
+        QdrantEdgeNormIndex(ei.path, **{attr: bad})  # the constructor says the same

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from normrank.backends.norm_band import bound_holds, first_band, hnsw_params, start_search
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
-from normrank.validation import as_alpha, as_ids, as_vectors, split_norms
+from normrank.validation import Checked, as_alpha, as_count, as_ids, as_k_factor, as_vectors, split_norms
 
 __all__ = ["QdrantNormIndex"]
 
@@ -60,6 +60,10 @@ class QdrantNormIndex:
     from the server and cached; call :meth:`refresh` after other clients write to the collection.
     """
 
+    # Search options, checked on every assignment, as the constructor's.
+    k_factor = Checked(lambda v, _name: as_k_factor(v))
+    n_tail = Checked(as_count)
+
     def __init__(
         self,
         dim: int,
@@ -75,7 +79,7 @@ class QdrantNormIndex:
         m = _models()
         self.dim, self.client, self.collection = int(dim), client, collection
         self.alpha = float(as_alpha(alpha, 1)[0])
-        self.k_factor, self.n_tail = int(k_factor), n_tail
+        self.k_factor, self.n_tail = k_factor, n_tail
         if not client.collection_exists(collection):
             client.create_collection(
                 collection,

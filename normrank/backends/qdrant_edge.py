@@ -62,7 +62,17 @@ from normrank.errors import (
     MissingDependencyError,
     UnknownIdError,
 )
-from normrank.validation import as_alpha, as_ids, as_vectors, split_norms
+from normrank.validation import (
+    Checked,
+    as_alpha,
+    as_count,
+    as_flag,
+    as_ids,
+    as_k_factor,
+    as_positive_int,
+    as_vectors,
+    split_norms,
+)
 
 __all__ = ["QdrantEdgeNormIndex"]
 
@@ -88,14 +98,6 @@ def _qe() -> Any:
             "the Qdrant Edge backend needs qdrant-edge-py: pip install 'normrank[qdrant]'"
         ) from e
     return qdrant_edge
-
-
-def _positive_int(name: str, v: object, *, allow_none: bool = False) -> int | None:
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-        raise InvalidParameterError(f"{name} must be an integer >= 1, got {v!r}")
-    return int(v)
 
 
 class QdrantEdgeNormIndex:
@@ -128,6 +130,12 @@ class QdrantEdgeNormIndex:
     returns every acknowledged point with its norm.
     """
 
+    # Search options, checked on every assignment (``index.hnsw_ef = 0`` raises, not searches).
+    hnsw_ef = Checked(as_positive_int)
+    k_factor = Checked(lambda v, _name: as_k_factor(v))
+    n_tail = Checked(as_count)
+    exact = Checked(as_flag)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -146,15 +154,11 @@ class QdrantEdgeNormIndex:
         qe = _qe()
         self.path = Path(path)
         self.alpha = float(as_alpha(alpha, 1)[0])
-        self.hnsw_ef = _positive_int("hnsw_ef", hnsw_ef)
-        self.k_factor = _positive_int("k_factor", k_factor)
-        m, ef_construct = _positive_int("m", m), _positive_int("ef_construct", ef_construct)
-        if n_tail is not None and (isinstance(n_tail, bool) or not isinstance(n_tail, int) or n_tail < 0):
-            raise InvalidParameterError(f"n_tail must be a non-negative integer or None, got {n_tail!r}")
-        self.n_tail, self.exact = n_tail, bool(exact)
+        self.hnsw_ef, self.k_factor, self.n_tail, self.exact = hnsw_ef, k_factor, n_tail, exact
+        m, ef_construct = as_positive_int(m, "m"), as_positive_int(ef_construct, "ef_construct")
         stored = self._stored_dim()
         if dim is not None:
-            dim = _positive_int("dim", dim)
+            dim = as_positive_int(dim, "dim")
             if stored is not None and stored != dim:
                 raise DimensionMismatchError(f"the shard at {self.path} holds dimension {stored}, not {dim}")
         elif stored is None:
@@ -743,10 +747,8 @@ class QdrantEdgeNormIndex:
         """None when the bound holds; otherwise how many documents, in weight order, the band
         must hold for it to (:func:`normrank.ann.scan_needed`).
 
-        ``cos`` are the cosines of the first round's points in decreasing order (the ``depth``
-        best, and the band's top-``k`` if one was fetched), ``s`` its top scores, likewise; the ``trust``-th
-        largest cosine is at least the ``trust``-th of the cosine prefetch, so bounding with it
-        is safe."""
+        ``cos`` are the cosine prefetch's cosines in decreasing order (the ``depth`` best), ``s``
+        the first round's top scores (cosine prefetch and first band together), likewise."""
         n = self.ntotal
         if band >= n or depth >= n:  # every point was fetched
             return None
