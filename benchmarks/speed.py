@@ -61,6 +61,7 @@ from bench_data import real_embeddings, synthetic_like  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
 from normrank.ann import IdLookup, ann_params, default_band_start, default_start  # noqa: E402
+from normrank.kernels import heap_kernel  # noqa: E402
 from normrank.topk import PRODUCT_BLAS  # noqa: E402
 
 K = 10
@@ -503,7 +504,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         f"Machine: {meta['machine']}; threads per side: {meta['threads']}; clock: {meta['clock']}; load average at start / "
         f"end {meta['load_start']} / {meta['load_end']}. BLAS/OpenMP loaded: {blas}; normrank's "
-        f"product runs on {meta['normrank_product']}'s BLAS. "
+        f"product runs on {meta['normrank_product']}'s BLAS, its selection on "
+        f"{meta.get('normrank_selection', 'faiss')} (normrank.kernels). "
         f"Real corpora: {', '.join(meta['real_corpora'])}. "
         f"Run: `{meta['command']}` ({meta['minutes']:.1f} min; repetitions {meta['reps']}). "
         "Latency ratio = normrank time / plain cosine search time with the same index and parameters "
@@ -643,6 +645,7 @@ def main() -> None:
         "cores_visible": os.cpu_count(),
         "blas": blas_libraries(),
         "normrank_product": PRODUCT_BLAS,
+        "normrank_selection": heap_kernel(),  # "numba": fused weight-and-heap kernel; "faiss": addn
         "real_corpora": used,
         "threads": THREADS,
         "clock": args.clock,

@@ -2,12 +2,15 @@
 
 The flat kernel streams the documents in blocks through the same product as FAISS's own flat
 search (its BLAS ``sgemm_``, its block sizes, its query-major layout; :func:`inner_products`),
-one multiply by the per-document weight (of the scores, or of the documents when there are more
-queries than dimensions: whichever is fewer multiplies), and FAISS's C++ heap
-(``float_minheap_array_t``) for the selection. So it reads the same bytes and runs the same BLAS
-kernel as ``IndexFlatIP.search`` plus one float per document, whichever BLAS libraries numpy,
-scipy and FAISS happen to bundle on a machine (numpy's and FAISS's differ by up to ~10% on the
-same product: the ratio to FAISS would measure that, not the weighting).
+and a selection that is FAISS's heap insertion with the per-document weight multiplied in as each
+score is read (:func:`normrank.kernels.heap_add_weighted`; the same heaps as FAISS's
+``float_minheap_array_t.addn`` on the multiplied scores, bit for bit). So it reads the same bytes
+and runs the same BLAS kernel as ``IndexFlatIP.search`` plus one float per document and one
+multiply per score, whichever BLAS libraries numpy, scipy and FAISS happen to bundle on a machine
+(numpy's and FAISS's differ by up to ~10% on the same product: the ratio to FAISS would measure
+that, not the weighting). Without numba the weights are multiplied in numpy (into the scores, or
+into the documents when there are more queries than dimensions: whichever is fewer multiplies)
+and FAISS's ``addn`` selects: the same positions, a few percent slower.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidParameterError
+from normrank.kernels import heap_add_weighted, heap_kernel
 
 __all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
 
@@ -330,9 +334,13 @@ def weighted_flat_search(
             widen = min(-(-_BLOCK_WORK // (nqb * d * doc_block)), query_block // nqb)
             block = doc_block * max(1, widen)
             buffer = np.empty(nqb * min(block, n), dtype=np.float32)  # reused by every block
-        # Weights go where they cost fewer multiplies: on the (m, d) documents when there are
-        # more queries than dimensions, else on the (nq, m) scores.
-        scale_docs = weights is not None and buffer is not None and nqb > d
+        # The fused kernel multiplies each score as the heap reads it (no extra pass). Without
+        # it, weights go where they cost fewer multiplies: on the (m, d) documents when there
+        # are more queries than dimensions, else on the (nq, m) scores.
+        fused = weights is not None and heap_kernel() == "numba"
+        if fused:
+            weights = np.ascontiguousarray(weights, dtype=np.float32)
+        scale_docs = weights is not None and not fused and buffer is not None and nqb > d
         doc_buffer = np.empty((min(block, n), d), dtype=np.float32) if scale_docs else None
         for j0 in range(0, n, block):
             docs = np.ascontiguousarray(unit_vectors[j0 : j0 + block], dtype=np.float32)
@@ -343,6 +351,9 @@ def weighted_flat_search(
                 s = inner_products_small(q, docs)
             else:
                 s = inner_products(q, docs, buffer[: nqb * m].reshape(nqb, m))
+            if fused:
+                heap_add_weighted(values, positions, s, weights[j0 : j0 + m], j0)
+                continue
             if weights is not None and not scale_docs:
                 s *= weights[j0 : j0 + m]
             heap.addn(m, faiss.swig_ptr(s), j0, 0, nqb)
