@@ -35,7 +35,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from normrank import quantized_scan
 from normrank.faiss_info import ann_params
+from normrank.quantized_scan import QuantizedRows
 from normrank.settings import WEIGHT_CACHE_ENTRIES
 from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
@@ -245,7 +247,7 @@ class WeightOrder:
         fetch: storage positions -> ``(m, d)`` float32 unit vectors.
     """
 
-    def __init__(self, base: np.ndarray, sign: int, fetch) -> None:
+    def __init__(self, base: np.ndarray, sign: int, fetch, *, quantized: bool | None = None) -> None:
         key = -base if sign > 0 else base
         self.order = np.argsort(key, kind="stable").astype(np.int64)
         self.rank = np.empty_like(self.order)
@@ -253,6 +255,10 @@ class WeightOrder:
         self._fetch = fetch
         self._vectors: np.ndarray | None = None
         self._sorted: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
+        # Single-query scans bound each row with an int8 copy first (normrank.quantized_scan);
+        # None: wherever that runs (numba present, d large enough). False: fp32 only.
+        self.quantized = quantized
+        self._codes: QuantizedRows | None = None
 
     def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """``(weights in this order, their negatives as float64, their minimum)``, computed once
@@ -278,7 +284,29 @@ class WeightOrder:
             grow = min(self.order.size, max(stop, 2 * have))
             new = np.ascontiguousarray(self._fetch(self.order[have:grow]), dtype=np.float32)
             self._vectors = new if self._vectors is None else np.concatenate([self._vectors, new])
+            if self._codes is not None:
+                self._codes.extend(new)
         return self._vectors[:stop]
+
+    def codes(self, stop: int, d: int) -> QuantizedRows | None:
+        """The int8 copy of (at least) the first ``stop`` vectors, kept alongside the fp32 one
+        (a quarter of its bytes, plus 8 per row); None where it does not run (``quantized``)."""
+        if self._codes is None:
+            if self.quantized is False or not quantized_scan.available(d):
+                self.quantized = False
+                return None
+            self.quantized = True
+            self._codes = QuantizedRows(d)
+            if self._vectors is not None:
+                self._codes.extend(self._vectors)
+        self.vectors(stop)
+        return self._codes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the lazily copied vectors (fp32 and int8)."""
+        fp32 = 0 if self._vectors is None else self._vectors.nbytes
+        return fp32 + (0 if self._codes is None else self._codes.nbytes)
 
 
 def adaptive_search(
@@ -453,19 +481,34 @@ def _search_one(
         if need <= scanned:
             return s[None], p[None]
         stop = int(min(n, need, max(band_start if scanned == 0 else n, k, scanned + 1)))
-        vecs = order.vectors(stop)[scanned:stop]
-        chunk = np.empty(stop - scanned, dtype=np.float32)
-        faiss.fvec_inner_products_ny(
-            faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
-        )
-        chunk *= w_sorted[scanned:stop]
-        lo, hi = seen.searchsorted((scanned, stop))
-        if hi > lo:
-            chunk[seen[lo:hi] - scanned] = -np.inf
+        codes = order.codes(stop, q.size) if order.quantized is not False else None
+        if codes is not None:
+            # Rows whose int8 upper bound beats the k-th score, then scored exactly as below by
+            # the same FAISS call on the gathered rows: the fp32 branch's scores, bit for bit.
+            # Candidates met again are skipped: they count once.
+            rows = quantized_scan.candidates(q, codes, w_sorted[scanned:stop], scanned, stop, kth, seen)
+            chunk = np.empty(rows.size, dtype=np.float32)
+            if rows.size:
+                vecs = order.vectors(stop).take(rows, axis=0)
+                faiss.fvec_inner_products_ny(
+                    faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, rows.size
+                )
+                chunk *= w_sorted[rows]
+        else:
+            rows = None
+            vecs = order.vectors(stop)[scanned:stop]
+            chunk = np.empty(stop - scanned, dtype=np.float32)
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
+            )
+            chunk *= w_sorted[scanned:stop]
+            lo, hi = seen.searchsorted((scanned, stop))
+            if hi > lo:
+                chunk[seen[lo:hi] - scanned] = -np.inf
         keep = (chunk > kth).nonzero()[0]
         if keep.size:
             merged_s = np.concatenate([s, chunk[keep]])
-            merged_p = np.concatenate([p, order.order[scanned + keep]])
+            merged_p = np.concatenate([p, order.order[scanned + keep if rows is None else rows[keep]]])
             top = np.argsort(-merged_s, kind="stable")[:k]
             s, p = merged_s[top], merged_p[top]
         scanned = stop
