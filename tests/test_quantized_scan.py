@@ -42,6 +42,11 @@ def adversarial_rows(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
     x = x.astype(np.float32)
     x[m // 2 : m // 2 + 20] = x[m // 2 + 20 : m // 2 + 40]  # duplicates: tied scores
     x[m // 2 + 40, 5:] = np.float32(1e-44)  # subnormals
+    # Rows the codes represent exactly (residual 0): only the rounding margins separate the
+    # bound from the fp32 score, and the two sums round in different orders.
+    exact = rng.integers(-127, 128, size=(m // 4, d))
+    exact[:, 0] = 127
+    x[3 * m // 4 :] = (exact * 2.0**-10).astype(np.float32)
     return x
 
 
@@ -73,7 +78,7 @@ def test_candidates_keep_every_row_that_beats_kth(d):
         q = rng.normal(size=d).astype(np.float32) * np.float32([1.0, 1e-3, 37.0][trial % 3])
         if trial % 5 == 0:
             q = x[rng.integers(512)].copy()  # a query equal to a row: cosine 1
-        w = rng.lognormal(0, 1.5, 512).astype(np.float32)
+        w = rng.lognormal(0, 1.5, 512).astype(np.float32) if trial % 2 else np.ones(512, np.float32)
         if trial % 7 == 0:
             w[::9] = np.float32(1e-42)  # subnormal weights
         exact = fp32_scores(q, x, w)
