@@ -32,6 +32,8 @@ the same results, only slower.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 __all__ = ["MIN_DIM", "QuantizedRows", "available", "candidates", "quantize"]
@@ -103,38 +105,36 @@ class QuantizedRows:
         return self.codes.nbytes + self.scale.nbytes + self.bound.nbytes
 
 
-def _compile():
-    import numba
+def _working_kernel():
+    """The compiled kernel (:mod:`normrank._quantized_kernel`, numba), or False where it cannot
+    be built here (checked once, on a few rows with a known answer), said in a warning: the
+    fp32 scan gives the same results, slower."""
+    try:
+        from normrank._quantized_kernel import scan
+    except ImportError as e:  # numba is a dependency: a broken or partial install
+        return _fp32_only(f"numba is not importable ({e})")
+    codes, scale, bound = quantize(np.eye(MIN_DIM, dtype=np.float32))
+    q = np.zeros(MIN_DIM, np.float32)
+    q[3] = 1.0
+    out = np.empty(MIN_DIM, np.int64)
+    w = np.ones(MIN_DIM, np.float32)
+    try:
+        count = scan(q, codes, scale, bound, w, 0, MIN_DIM, 0.5, np.empty(0, np.int64), out)
+    except Exception as e:  # a numba / LLVM that cannot compile it
+        return _fp32_only(f"its numba kernel did not compile ({type(e).__name__}: {e})")
+    if count != 1 or out[0] != 3:
+        return _fp32_only("its numba kernel gave a wrong answer on a check")
+    return scan
 
-    # reassoc / contract let LLVM vectorise the float32 reduction (gamma_d covers any order);
-    # no nnan / ninf: the k-th score may be -inf and weights may overflow to inf.
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
-    def kernel(q, codes, scale, bound, w, lo, hi, kth, skip, out):  # pragma: no cover
-        d = q.size
-        q_norm = 0.0
-        for i in range(d):
-            q_norm += np.float64(q[i]) * np.float64(q[i])
-        # float64 rounding of d squares summed (relative d * 2**-53 at most), then the root.
-        q_norm = np.sqrt(q_norm * (1.0 + (d + 2) * 2.0**-52))
-        count = 0
-        s = np.searchsorted(skip, lo)
-        for j in range(lo, hi):
-            while s < skip.size and skip[s] < j:
-                s += 1
-            if s < skip.size and skip[s] == j:  # already scored (an index candidate)
-                continue
-            acc = np.float32(0.0)
-            for i in range(d):
-                acc += q[i] * np.float32(codes[j, i])
-            u = np.float64(acc) * np.float64(scale[j]) + q_norm * np.float64(bound[j])
-            wj = np.float64(w[j - lo])
-            ub = u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
-            if not ub <= kth:  # NaN (an inf weight times 0) stays: it is scored exactly
-                out[count] = j
-                count += 1
-        return count
 
-    return kernel
+def _fp32_only(why: str) -> bool:
+    warnings.warn(
+        f"normrank: the int8 bound of the single-query ANN scan is off because {why}; the scan "
+        "reads fp32 vectors instead (the same results, slower). Reinstall numba to restore it.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return False
 
 
 def available(d: int) -> bool:
@@ -144,10 +144,7 @@ def available(d: int) -> bool:
     if d < MIN_DIM:
         return False
     if _kernel is None:
-        try:
-            _kernel = _compile()
-        except ImportError:
-            _kernel = False
+        _kernel = _working_kernel()
     return _kernel is not False
 
 

@@ -8,6 +8,8 @@ int8 copy returns bit for bit what the fp32 scan returns (scores, ids, tie order
 
 from __future__ import annotations
 
+import warnings
+
 import faiss
 import numpy as np
 import pytest
@@ -163,10 +165,28 @@ def test_single_query_int8_scan_is_bit_for_bit_the_fp32_scan(alpha, factory):
 
 
 def test_without_numba_the_scan_stays_fp32(monkeypatch):
-    """No numba (or a short vector): the fp32 scan runs, nothing is quantised."""
-    monkeypatch.setattr(quantized_scan, "_kernel", False)
-    assert not quantized_scan.available(384)
+    """No numba (or a kernel that does not build, or a short vector): the fp32 scan runs, nothing
+    is quantised, and a warning says so once."""
+    import builtins
+    import sys
+
+    real_import = builtins.__import__
+
+    def no_numba(name, *args, **kwargs):
+        if name == "numba" or name.startswith("normrank._quantized_kernel"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(quantized_scan, "_kernel", None)
+    monkeypatch.delitem(sys.modules, "normrank._quantized_kernel", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    with pytest.warns(RuntimeWarning, match="numba is not importable"):
+        assert not quantized_scan.available(384)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not quantized_scan.available(384)  # decided once: no second warning
     order = WeightOrder(np.ones(4, dtype=np.float32), 1, lambda pos: np.eye(4, 32, dtype=np.float32)[pos])
     assert order.codes(2, 32) is None and order.quantized is False
     monkeypatch.undo()
+    assert quantized_scan.available(384)
     assert not quantized_scan.available(quantized_scan.MIN_DIM - 1)
