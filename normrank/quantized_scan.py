@@ -36,7 +36,15 @@ import warnings
 
 import numpy as np
 
-__all__ = ["MIN_DIM", "QuantizedRows", "available", "candidates", "quantize"]
+__all__ = [
+    "MIN_DIM",
+    "QuantizedRows",
+    "available",
+    "candidates",
+    "faiss_inner_products_address",
+    "fused_scan",
+    "quantize",
+]
 
 # Below this dimension a row is a cache line or two either way; FAISS's specialised small-d
 # kernels (d = 2, 4, 8, 12) also round differently on gathered rows.
@@ -45,6 +53,7 @@ MIN_DIM = 16
 _BLOCK_ROWS = 1024  # rows quantised at a time
 _UNIT = 2.0**-24  # float32 unit roundoff
 _kernel = None  # the compiled numba function; False once numba was found missing
+_fused = None  # (scan_one, FAISS's fvec_inner_products_ny address), or False
 
 
 def _gamma(d: int) -> float:
@@ -158,3 +167,60 @@ def candidates(
     out = np.empty(hi - lo, dtype=np.int64)
     count = _kernel(q, rows.codes, rows.scale, rows.bound, w, lo, hi, float(kth), skip, out)
     return out[:count]
+
+
+def faiss_inner_products_address() -> int | None:
+    """The address of ``faiss::fvec_inner_products_ny`` in the FAISS library this process loaded
+    (the function the fp32 scan calls through the Python bindings), or None where its symbol
+    is not exported under the Itanium C++ name (e.g. Windows builds)."""
+    import ctypes
+    import glob
+    import os
+
+    import faiss
+
+    here = os.path.dirname(faiss.__file__)
+    for path in [*sorted(glob.glob(os.path.join(here, "libfaiss*"))), faiss._swigfaiss.__file__]:
+        try:
+            fn = ctypes.CDLL(path)._ZN5faiss22fvec_inner_products_nyEPfPKfS2_mm
+        except (OSError, AttributeError):
+            continue
+        return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
+
+
+def fused_scan(d: int):
+    """``(scan_one, address)`` for the whole single-query scan in one compiled call
+    (:func:`normrank._quantized_kernel.scan_one`), or None where it does not run: no int8
+    kernel, no FAISS address, or the address's inner products differing in any bit from those
+    of ``faiss.fvec_inner_products_ny`` on a check (then quietly the per-chunk path: the same
+    results)."""
+    global _fused
+    if not available(d):
+        return None
+    if _fused is None:
+        _fused = _working_fused()
+    return _fused or None
+
+
+def _working_fused():
+    import faiss
+
+    from normrank._quantized_kernel import inner_products_via, scan_one
+
+    address = faiss_inner_products_address()
+    if address is None:
+        return False
+    rng = np.random.default_rng(0)
+    for dim in (MIN_DIM, 37, 384):
+        x = rng.normal(size=(64, dim)).astype(np.float32)
+        q = rng.normal(size=dim).astype(np.float32)
+        want, got = np.empty(64, dtype=np.float32), np.empty(64, dtype=np.float32)
+        faiss.fvec_inner_products_ny(faiss.swig_ptr(want), faiss.swig_ptr(q), faiss.swig_ptr(x), dim, 64)
+        try:
+            inner_products_via(address, q, x, got)
+        except Exception:  # a numba / LLVM that cannot compile it: the per-chunk path
+            return False
+        if got.tobytes() != want.tobytes():
+            return False
+    return scan_one, address
