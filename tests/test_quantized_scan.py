@@ -126,12 +126,18 @@ def clustered(n: int, d: int, seed: int):
     return x, q.astype(np.float32)
 
 
+@pytest.mark.parametrize("path", ["one call", "per chunk"])
 @pytest.mark.parametrize("alpha", [-1.5, 0.5, 1.0, 4.0])
 @pytest.mark.parametrize("factory", ["IVF8,Flat", "HNSW16"])
-def test_single_query_int8_scan_is_bit_for_bit_the_fp32_scan(alpha, factory):
-    """Every single query, through the int8 copy and through the fp32 scan: the same scores bit
-    for bit, the same positions in the same order; and, probing every IVF list (where the
-    bound is a proof), brute force's ids."""
+def test_single_query_int8_scan_is_bit_for_bit_the_fp32_scan(alpha, factory, path, monkeypatch):
+    """Every single query, through the int8 copy (the whole scan in one compiled call, or chunk
+    by chunk from numpy) and through the fp32 scan: the same scores bit for bit, the same
+    positions in the same order; and, probing every IVF list (where the bound is a proof),
+    brute force's scores."""
+    if path == "per chunk":
+        monkeypatch.setattr(quantized_scan, "fused_scan", lambda d: None)
+    else:
+        assert quantized_scan.fused_scan(48) is not None
     x, q = clustered(3000, 48, seed=int(10 * abs(alpha)) + len(factory))
     norms = np.linalg.norm(x.astype(np.float64), axis=1)
     unit = (x / norms[:, None]).astype(np.float32)
@@ -190,3 +196,27 @@ def test_without_numba_the_scan_stays_fp32(monkeypatch):
     monkeypatch.undo()
     assert quantized_scan.available(384)
     assert not quantized_scan.available(quantized_scan.MIN_DIM - 1)
+
+
+def test_single_queries_with_tombstones_and_few_documents():
+    """Where the one-call scan declines (removed documents among the candidates, fewer documents
+    than k): the numpy path answers, the same as the fp32 scan, and no id is a removed one."""
+    from normrank import NormIndex
+
+    x, q = clustered(400, 32, seed=3)
+    for n, k in ((400, 10), (7, 10)):
+        got = {}
+        for quantized in (True, False):
+            idx = NormIndex(32, factory="HNSW16")
+            idx.add(x[:n])
+            if n > k:
+                idx.remove(np.arange(0, n, 3))
+            for sign in (1, -1):
+                order = idx._weight_order(float(sign))
+                order.quantized = quantized
+            got[quantized] = [idx.search(q[i], k, alpha=a) for i in range(10) for a in (-1.0, 1.0)]
+        for (s8, i8), (s32, i32) in zip(got[True], got[False], strict=True):
+            assert s8.tobytes() == s32.tobytes()
+            np.testing.assert_array_equal(i8, i32)
+            if n > k:
+                assert not np.isin(i8, np.arange(0, n, 3)).any()
