@@ -223,4 +223,22 @@ def _working_fused():
             return False
         if got.tobytes() != want.tobytes():
             return False
+    # One scan with a known answer (compiles scan_one here, not in a user's search): 32 unit
+    # rows in weight order, the index "returning" the two lightest; row 5 (cosine 1) must win.
+    n = 32
+    x = np.eye(n, dtype=np.float32)
+    w = (10 - np.arange(n) / 4).astype(np.float32)
+    codes, scale, bound = quantize(x)
+    pos = np.array([30, 31], dtype=np.int64)
+    order = np.arange(n, dtype=np.int64)
+    top_s, top_p, stats = np.empty(1, np.float32), np.empty(1, np.int64), np.zeros(3, np.int64)
+    try:
+        status = scan_one(
+            address, x[5].copy(), np.array([0.5, 0.4], np.float32), pos, w, order, order, w,
+            -w.astype(np.float64), float(w.min()), x, codes, scale, bound, 1, 2, 0, top_s, top_p, stats,
+        )  # fmt: skip
+    except Exception:
+        return False
+    if status != 0 or top_p[0] != 5 or top_s[0] != w[5] or stats[1] != n - 4:
+        return False
     return scan_one, address
