@@ -28,7 +28,7 @@ import numpy as np
 
 from normrank.settings import CV_METRIC
 from normrank.sweep.metrics import QrelsMatrix
-from normrank.sweep.selection import cv_choose_many
+from normrank.sweep.selection import cv_choose_many, quantile
 
 __all__ = [
     "HIGH_WEIGHT_DOCS",
@@ -307,7 +307,8 @@ class RelevantRanks:
         def cmp(x: np.ndarray, th: np.ndarray, greater: bool) -> np.ndarray:
             return x > th if greater else x < th
 
-        cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
+        # in asort order, α first: each α's counts are read as one contiguous block below
+        cnt = np.zeros((na, b_all, p), dtype=np.int32)
         step = max(1, _PASS_CHUNK // max(p * c, 1))
         for b0 in range(0, b_all if p else 0, step):
             pb, srr = perm[b0 : b0 + step], src_fr[b0 : b0 + step]
@@ -319,7 +320,7 @@ class RelevantRanks:
             lo_pos, lo_neg = cmp(dl, th_pos[0], a_t[0] > 0), cmp(dl, th_neg[0], a_t[0] < 0)
             hi_pos, hi_neg = cmp(dl, th_pos[1], a_t[-1] > 0), cmp(dl, th_neg[1], a_t[-1] < 0)
             sure = lo_pos & hi_pos
-            cnt[b0 : b0 + b] += _count_last(sure)[..., None]
+            cnt[:, b0 : b0 + b] += _count_last(sure)
             flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
             fi = np.flatnonzero(flip)
@@ -342,7 +343,8 @@ class RelevantRanks:
                     bp * (na + 1) + j, weights=np.where(up, 1.0, -1.0), minlength=b * p * (na + 1)
                 )
                 hist[:: na + 1] += np.bincount(bp[~up], minlength=b * p)
-                cnt[b0 : b0 + b] += np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int64)
+                counted = np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int32)
+                cnt[:, b0 : b0 + b] += np.moveaxis(counted, -1, 0)
             ui = np.flatnonzero(unsure)  # rare: flat indices are cheaper than nonzero's three
             ub, up_, uc = ui // (p * c), (ui // c) % p, ui % c
             if ub.size:  # compared in float32, as the scores are, at every α
@@ -353,7 +355,7 @@ class RelevantRanks:
                     r_u = self.f_rcos[up_] * w[srr[ub, up_]]
                     beat = (s_u > r_u) | ((s_u == r_u) & self.lower[up_, uc])
                     add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
-                    cnt[b0 : b0 + b, :, k] += add.reshape(b, p).astype(np.int64)
+                    cnt[k, b0 : b0 + b] += add.reshape(b, p).astype(np.int32)
         out = np.empty((b_all, na, self.nq))
         if self.many.size:
             src_m = np.ascontiguousarray(perm[:, self.m_pos])  # once for every α
@@ -361,8 +363,10 @@ class RelevantRanks:
         m_step = max(1, _CHUNK // max(self.m_pos.size, 1))
         for k, ai in enumerate(order):
             w = weights[ai]
-            eb, ef = np.nonzero(cnt[:, :, k] < self.kk)
-            entries = [(eb, self.few[ef], cnt[eb, ef, k])]
+            ck = cnt[k].ravel()
+            flat = np.flatnonzero(ck < self.kk)  # row-major, as np.nonzero: the same order
+            eb, ef = np.divmod(flat, max(p, 1))
+            entries = [(eb, self.few[ef], ck[flat])]
             for b0 in range(0, b_all if self.many.size else 0, m_step):
                 sl = slice(b0, b0 + m_step)
                 mb, mm, got = self._counts_many(w, src_m[sl], src_mr[sl])
@@ -489,7 +493,7 @@ def permutation_null(
     if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
         rel_curve = ndcg.mean(axis=2) / base
         info["relative_curve"] = {
-            q: [float(x) for x in np.quantile(rel_curve, v, axis=0)]
+            q: [float(x) for x in quantile(rel_curve, v)]
             for q, v in (("q05", 0.05), ("median", 0.5), ("q95", 0.95), ("max", 1.0))
         }
     return gains, info
