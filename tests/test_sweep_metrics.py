@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from normrank.errors import InvalidParameterError
+from normrank.sweep import selection
 from normrank.sweep.calibration import auroc, best_threshold
 from normrank.sweep.metrics import METRICS, QrelsMatrix, metrics_help, parse_metrics, per_query_metric
-from normrank.sweep import selection
 from normrank.sweep.selection import cross_validate, cv_choose_many, median, paired_t_p, quantile
 
 metrics_module = importlib.import_module("normrank.sweep.metrics")

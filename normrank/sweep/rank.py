@@ -20,6 +20,7 @@ from normrank.topk import inner_products, reweighted_topk
 
 __all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
 
+_NORM_ROWS = 256  # rows per block of unit_rows' norms
 KEEP_COSINES_FLOATS = 1 << 26  # keep the whole cosine matrix up to 256 MB (the null reads columns of it)
 
 
@@ -28,7 +29,11 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise InvalidInputError(f"{what} must be 2-D, got shape {x.shape}")
-    norms = np.linalg.norm(x, axis=1)
+    # A block of rows at a time: the same values as one np.linalg.norm(x, axis=1) (each row is
+    # reduced alone) without its whole-matrix temporary of squares (fresh pages, a cold cache).
+    norms = np.empty(x.shape[0], dtype=np.float32)
+    for s in range(0, x.shape[0], _NORM_ROWS):
+        norms[s : s + _NORM_ROWS] = np.linalg.norm(x[s : s + _NORM_ROWS], axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
     return (x / norms[:, None]).astype(np.float32, copy=False), norms.astype(np.float32, copy=False)
