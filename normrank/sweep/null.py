@@ -325,7 +325,7 @@ class RelevantRanks:
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
             fi = np.flatnonzero(flip)
             if fi.size:
-                d, lcf = dl.ravel()[fi], np.broadcast_to(lc, dl.shape).ravel()[fi]
+                d, lcf = dl.ravel()[fi], lc.ravel()[fi % (p * c)]  # lc is the same for every permutation
                 t = -lcf / d  # the zero of x: beats above it when d > 0, below it when d < 0
                 if below is not None:
                     j = np.ceil((t - a_t[0]) / a_t.dtype.type(unit)).astype(np.int64)
@@ -403,23 +403,30 @@ class RelevantRanks:
         m[full] = 0
         sel = np.flatnonzero(m)
         desc = order[::-1]  # sources by weight, largest first: a prefix of m of them can win
+        w_desc = w[desc]
         bounds = np.r_[0, np.cumsum(m[sel])]
-        start = 0
+        start, n = 0, self.n
         while start < sel.size:  # the scans, a bounded number of cosines at a time
             stop = int(np.searchsorted(bounds, bounds[start] + _PAIR_CHUNK, side="right")) - 1
             stop = max(stop, start + 1)
             e, mm = sel[start:stop], m[sel[start:stop]]
-            rep = np.repeat(np.arange(e.size), mm)
-            srcs = desc[np.arange(rep.size) - np.repeat(np.cumsum(mm) - mm, mm)]
-            n = self.n
-            docs = inv.ravel()[eb[e][rep] * n + srcs] if inv is not None else srcs
-            q = self.pq[ep[e]][rep]
-            flat = q * n + docs  # (query, document) into the dense (nq, n) arrays
-            cs = self._cosines.ravel()[flat] if self._cosines is not None else self.cos_pairs(q, docs)
-            sc = cs * w[srcs]
+            ends = np.cumsum(mm)
+            # each entry's sources in weight order, entry after entry; per-entry values are
+            # repeated rather than gathered through a repeated entry index
+            rank = np.arange(int(ends[-1])) - np.repeat(ends - mm, mm)
+            srcs = desc[rank]
+            docs = inv.ravel()[np.repeat(eb[e] * n, mm) + srcs] if inv is not None else srcs
+            qe = self.pq[ep[e]]
+            flat = np.repeat(qe * n, mm) + docs  # (query, document) into the dense (nq, n) arrays
+            if self._cosines is not None:
+                cs = self._cosines.ravel()[flat]
+            else:
+                cs = self.cos_pairs(np.repeat(qe, mm), docs)
+            sc = cs * w_desc[rank]
             # Few score at least as high: the other tests only on those.
-            hi = np.flatnonzero(sc >= rv[e][rep])
-            rep, docs, flat, sc = rep[hi], docs[hi], flat[hi], sc[hi]
+            hi = np.flatnonzero(sc >= np.repeat(rv[e], mm))
+            rep = np.searchsorted(ends, hi, side="right")  # their entries (hi ascending)
+            docs, flat, sc = docs[hi], flat[hi], sc[hi]
             if self.is_cand is not None:
                 outside = ~self.is_cand.ravel()[flat]  # candidates were counted already
             else:
