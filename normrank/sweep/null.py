@@ -44,11 +44,13 @@ NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric
 NULL_CANDIDATES = 100
 HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
-_PAIR_CHUNK = 1 << 18
+# (query, document) cosines scored at once: by the non-candidate scan (its ~10 temporaries stay
+# near 0.5 MB each, reused rather than fresh pages), or computed when the matrix is not kept
+_PAIR_CHUNK = 1 << 16
 _PASS_CHUNK = 1 << 18  # comparisons per block of the all-α pass: its temporaries stay in cache
 _DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
-_MARGIN = 1e-5
-_FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
+_MARGIN = 1e-5  # |log score ratio| beyond which float32 scores cannot order two documents otherwise
+_FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate
 
 
 def _count_last(mask: np.ndarray) -> np.ndarray:
@@ -273,8 +275,9 @@ class RelevantRanks:
         if self.pq.size == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
             src = self.sources(perm)
             return np.stack([self.ndcg(w, src) for w in weights], axis=1)
-        inv = np.empty_like(perm)
-        inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1])
+        # int32 where it fits: half the fresh memory, the same values
+        inv = np.empty(perm.shape, dtype=np.int32 if perm.shape[1] < 2**31 else np.int64)
+        inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1], dtype=inv.dtype)
         src_r = np.ascontiguousarray(perm[:, self.pd])
         src_fr = np.ascontiguousarray(src_r[:, self.few])
         order = np.argsort(a, kind="stable")
