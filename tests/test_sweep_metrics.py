@@ -65,14 +65,18 @@ def test_vectorised_metrics_equal_ranx(metric: str, dense: bool, monkeypatch: py
     assert np.all(got[[i for i in range(len(qids)) if i not in keep]] == 0)
 
 
+@pytest.mark.parametrize("scale", [1, 100, 1.5])  # grades of one byte; beyond 255; fractional
 @pytest.mark.parametrize("dense", [True, False])
-def test_relevance_equals_the_qrels_lookup(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relevance_equals_the_qrels_lookup(
+    dense: bool, scale: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each retrieved position's grade against a dict lookup, over several rankings at once, with
     -1 pads in the first and the last query (the dense table sends them to its zero column)."""
     if not dense:
         monkeypatch.setattr(metrics_module, "_DENSE_RELEVANCE", 0)
     rng = np.random.default_rng(4)
     doc_ids, qrels, pos = random_case(rng)
+    qrels = [{d: g * scale for d, g in judged.items()} for judged in qrels]
     pos = np.stack([pos, np.roll(pos, 1, axis=0), pos[:, ::-1]])  # (3, nq, k)
     pos[:, -1, :2] = -1
     pos[1, 0, :] = -1
