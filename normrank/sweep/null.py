@@ -62,8 +62,14 @@ def _count_last(mask: np.ndarray) -> np.ndarray:
 
 
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
-    """``(k, n)`` int64: the null's permutations of the documents' norms (seeded, reproducible)."""
-    return np.stack([np.random.default_rng([seed, j]).permutation(n) for j in range(k)]).reshape(k, n)
+    """``(k, n)`` int64: the null's permutations of the documents' norms (seeded, reproducible):
+    row j is ``np.random.default_rng([seed, j]).permutation(n)``, shuffled in place here (the same
+    generator and the same shuffle, without k temporary arrays and their stacking copy)."""
+    out = np.empty((k, n), dtype=np.int64)
+    out[:] = np.arange(n, dtype=np.int64)
+    for j in range(k):
+        np.random.Generator(np.random.PCG64([seed, j])).shuffle(out[j])
+    return out
 
 
 class RelevantRanks:
@@ -257,7 +263,9 @@ class RelevantRanks:
         dcg = dcg.reshape(b_all, self.nq)
         return np.where(self.idcg > 0, dcg / np.where(self.idcg > 0, self.idcg, 1.0), 0.0)
 
-    def ndcg_powers(self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray) -> np.ndarray:
+    def ndcg_powers(
+        self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """(B, len(alphas), nq): :meth:`ndcg` of ``w = float32(norms ** α)[perm[b]]`` for every α
         and every row of ``perm`` (B, n), the candidate comparisons of all α in one pass.
 
@@ -266,7 +274,8 @@ class RelevantRanks:
         zero falls between two grid points. The float32 scores agree with that sign wherever
         ``|x| > _MARGIN`` (each is within 2^-23 of the real product; x itself is computed to
         ~1e-6); the rest (ties included, and any cosine <= 0 of a relevant document) are
-        compared in float32 at every α.
+        compared in float32 at every α. ``out``: a (B, len(alphas), nq) float64 array (a view will
+        do) to write the result into, returned.
         """
         norms = np.asarray(norms, dtype=np.float64)
         a = np.asarray(alphas, dtype=np.float64)
@@ -274,7 +283,11 @@ class RelevantRanks:
         b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size  # p: the few-judgement pairs
         if self.pq.size == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
             src = self.sources(perm)
-            return np.stack([self.ndcg(w, src) for w in weights], axis=1)
+            res = np.stack([self.ndcg(w, src) for w in weights], axis=1)
+            if out is None:
+                return res
+            out[...] = res
+            return out
         # int32 where it fits: half the fresh memory, the same values
         inv = np.empty(perm.shape, dtype=np.int32 if perm.shape[1] < 2**31 else np.int64)
         inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1], dtype=inv.dtype)
@@ -359,7 +372,8 @@ class RelevantRanks:
                     beat = (s_u > r_u) | ((s_u == r_u) & self.lower[up_, uc])
                     add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
                     cnt[k, b0 : b0 + b] += add.reshape(b, p).astype(np.int32)
-        out = np.empty((b_all, na, self.nq))
+        if out is None:
+            out = np.empty((b_all, na, self.nq))
         if self.many.size:
             src_m = np.ascontiguousarray(perm[:, self.m_pos])  # once for every α
             src_mr = np.ascontiguousarray(src_r[:, self.many])
@@ -487,21 +501,24 @@ def permutation_null(
     i0 = int(np.flatnonzero(a == 0.0)[0])
     full_before = ranks.full_rows
     perms = permutations(n, k, seed)
-    ndcg = np.empty((k, len(a), nq))
-    ndcg[:, i0] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
-    norms64 = norms.astype(np.float64)
     nz = np.flatnonzero(a != 0.0)
+    # Columns α ≠ 0 first and α = 0 last, so that ndcg_powers writes into a view of ``ndcg``
+    # (no copy); the selection is told the same order, and the band is put back in grid order.
+    cols = np.r_[nz, i0]
+    ndcg = np.empty((k, len(a), nq))
+    ndcg[:, -1] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
+    norms64 = norms.astype(np.float64)
     # Permutations in chunks bound the memory of their candidates' sources (B x P x C).
     chunk = max(1, min(k, _CHUNK // max(ranks.c_pos.size, 1)))
     for j0 in range(0, k, chunk):
-        ndcg[j0 : j0 + chunk, nz] = ranks.ndcg_powers(norms64, a[nz], perms[j0 : j0 + chunk])
-    held = cv_choose_many(ndcg, a, fold)  # (k, nq) held-out NDCG@10 per permutation
-    base = ndcg[0, i0].mean() if k else 0.0
+        ranks.ndcg_powers(norms64, a[nz], perms[j0 : j0 + chunk], out=ndcg[j0 : j0 + chunk, : nz.size])
+    held = cv_choose_many(ndcg, a[cols], fold)  # (k, nq) held-out NDCG@10 per permutation
+    base = ndcg[0, -1].mean() if k else 0.0
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
     total = k * (len(a) - 1) * ranks.pq.size
     info: dict[str, object] = {"fallback_fraction": (ranks.full_rows - full_before) / total if total else 0.0}
     if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
-        rel_curve = ndcg.mean(axis=2) / base
+        rel_curve = (ndcg.mean(axis=2) / base)[:, np.argsort(cols)]  # grid order
         info["relative_curve"] = {
             q: [float(x) for x in quantile(rel_curve, v)]
             for q, v in (("q05", 0.05), ("median", 0.5), ("q95", 0.95), ("max", 1.0))
