@@ -236,7 +236,7 @@ class RelevantRanks:
                     w, None if perm is None else src_m[sl], None if perm is None else src_mr[sl]
                 )
                 entries.append((eb + b0, self.many[em], got))
-        return self._finish(w, entries, b_all, perm, inv, order)
+        return self._finish(w, entries, b_all, perm, inv, order, src_r)
 
     def _finish(
         self,
@@ -246,15 +246,22 @@ class RelevantRanks:
         perm: np.ndarray | None,
         inv: np.ndarray | None,
         order: np.ndarray | None = None,
+        src_r: np.ndarray | None = None,
     ) -> np.ndarray:
         """(B, nq) NDCG@10 from the relevant documents the candidates leave in the top kk
         (``entries``: weighting, pair, candidates above), once the other documents are added.
-        ``order``: documents by ``w`` ascending, if known."""
+        ``order``: documents by ``w`` ascending, if known; ``src_r``: ``perm[:, pd]``, if known."""
         eb = np.concatenate([e[0] for e in entries]) if entries else np.zeros(0, np.int64)
         ep = np.concatenate([e[1] for e in entries]) if entries else np.zeros(0, np.int64)
         ce = np.concatenate([e[2] for e in entries]).astype(np.int64) if entries else np.zeros(0, np.int64)
         if not self.exhaustive and eb.size:
-            rv = self.r_cos[ep] * (w[self.pd[ep]] if perm is None else w[perm[eb, self.pd[ep]]])
+            if perm is None:
+                src = self.pd[ep]
+            elif src_r is not None:  # the same sources, read from the small (B, pairs) table
+                src = src_r.ravel()[eb * src_r.shape[1] + ep]
+            else:
+                src = perm[eb, self.pd[ep]]
+            rv = self.r_cos[ep] * w[src]
             self._outside(w, eb, ep, ce, rv, perm, inv, order)
         keep = ce < self.kk
         eb, ep, ce = eb[keep], ep[keep], ce[keep]
@@ -290,7 +297,9 @@ class RelevantRanks:
             return out
         # int32 where it fits: half the fresh memory, the same values
         inv = np.empty(perm.shape, dtype=np.int32 if perm.shape[1] < 2**31 else np.int64)
-        inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1], dtype=inv.dtype)
+        ar = np.arange(perm.shape[1], dtype=inv.dtype)
+        for row, pr in zip(inv, perm, strict=True):  # row by row: 1-D scatters, ~2x a 2-D one
+            row[pr] = ar
         src_r = np.ascontiguousarray(perm[:, self.pd])
         src_fr = np.ascontiguousarray(src_r[:, self.few])
         order = np.argsort(a, kind="stable")
@@ -326,6 +335,7 @@ class RelevantRanks:
         # in asort order, α first: each α's counts are read as one contiguous block below
         cnt = np.zeros((na, b_all, p), dtype=np.int32)
         step = max(1, _PASS_CHUNK // max(p * c, 1))
+        lc_b = np.ascontiguousarray(np.broadcast_to(lc, (min(step, b_all), p, c)))  # lc per block row
         for b0 in range(0, b_all if p else 0, step):
             pb, srr = perm[b0 : b0 + step], src_fr[b0 : b0 + step]
             b = pb.shape[0]
@@ -341,7 +351,7 @@ class RelevantRanks:
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
             fi = np.flatnonzero(flip)
             if fi.size:
-                d, lcf = dl.ravel()[fi], lc.ravel()[fi % (p * c)]  # lc is the same for every permutation
+                d, lcf = dl.ravel()[fi], lc_b[:b].ravel()[fi]
                 t = -lcf / d  # the zero of x: beats above it when d > 0, below it when d < 0
                 if below is not None:
                     j = np.ceil((t - a_t[0]) / a_t.dtype.type(unit)).astype(np.int64)
@@ -389,7 +399,8 @@ class RelevantRanks:
                 mb, mm, got = self._counts_many(w, src_m[sl], src_mr[sl])
                 entries.append((mb + b0, self.many[mm], got))
             # w = norms**α is monotone in the norms: their order (reversed for α < 0) sorts it
-            out[:, ai] = self._finish(w, entries, b_all, perm, inv, by_norm if a[ai] > 0 else by_norm[::-1])
+            by_w = by_norm if a[ai] > 0 else by_norm[::-1]
+            out[:, ai] = self._finish(w, entries, b_all, perm, inv, by_w, src_r)
         return out
 
     def _outside(
