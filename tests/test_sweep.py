@@ -40,11 +40,17 @@ def test_grid_forms() -> None:
             parse_alphas(bad)
 
 
-def test_rank_all_alphas_is_exact() -> None:
+@pytest.mark.parametrize("unsorted", [False, True])
+@pytest.mark.parametrize("block_floats", [None, 600])  # one query block; blocks of 2 queries
+def test_rank_all_alphas_is_exact(monkeypatch, unsorted: bool, block_floats: int | None) -> None:
+    from normrank.sweep import rank
+
+    if block_floats is not None:
+        monkeypatch.setattr(rank, "SWEEP_BLOCK_FLOATS", block_floats)
     rng = np.random.default_rng(2)
     docs = rng.standard_normal((300, 16)) * rng.uniform(0.2, 3.0, (300, 1))
     q = rng.standard_normal((7, 16))
-    alphas = [-2.0, -0.5, 0.0, 0.75]
+    alphas = [0.75, -2.0, 0.0, -0.5] if unsorted else [-2.0, -0.5, 0.0, 0.75]
     scores, pos, _ = rank_all_alphas(q, docs, None, alphas, 25)
     norms = np.linalg.norm(docs, axis=1)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T

@@ -79,10 +79,14 @@ def rank_grids(
         first = int(np.argmin(np.abs(ex[order])))
         w = dnorm if g.weights is None else np.asarray(g.weights, dtype=np.float32)
         rows = np.stack([norm_weight(w, float(ex[i])) for i in order])  # w**e once per e
-        out = (np.empty((len(ex), nq, g.k), np.float32), np.empty((len(ex), nq, g.k), np.int64))
-        plans.append((g, order, first, rows, out))
+        plans.append([g, order, first, rows, None])
     timing = {"cosine_matmul": 0.0, **{f"rank_{g.name}": 0.0 for g in grids}}
     block = max(1, min(nq, SWEEP_BLOCK_FLOATS // max(n, 1)))
+    for plan in plans:
+        g, order = plan[0], plan[1]
+        if block < nq or nq == 0 or not np.array_equal(order, np.arange(order.size)):
+            plan[4] = (np.empty((order.size, nq, g.k), np.float32), np.empty((order.size, nq, g.k), np.int64))
+        # else: one block with the exponents in order; the kernel's own arrays are the result
     kept = np.empty((nq, n), np.float32) if keep_cosines and nq * n <= KEEP_COSINES_FLOATS else None
     for q0 in range(0, nq, block):
         t = time.perf_counter()
@@ -92,11 +96,15 @@ def rank_grids(
         qb = qn[q0 : q0 + block]
         cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
         timing["cosine_matmul"] += time.perf_counter() - t
-        for g, order, first, rows, (scores, pos) in plans:
+        for plan in plans:
+            g, order, first, rows, out = plan
             t = time.perf_counter()
             v, p = reweighted_topk(cos, rows, g.k, first)
-            scores[order, q0 : q0 + cos.shape[0]] = v
-            pos[order, q0 : q0 + cos.shape[0]] = p
+            if out is None:
+                plan[4] = (v, p)
+            else:
+                out[0][order, q0 : q0 + cos.shape[0]] = v
+                out[1][order, q0 : q0 + cos.shape[0]] = p
             timing[f"rank_{g.name}"] += time.perf_counter() - t
     return {g.name: out for g, _, _, _, out in plans}, timing, kept
 
