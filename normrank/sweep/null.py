@@ -346,9 +346,16 @@ class RelevantRanks:
             lo_pos, lo_neg = cmp(dl, th_pos[0], a_t[0] > 0), cmp(dl, th_neg[0], a_t[0] < 0)
             hi_pos, hi_neg = cmp(dl, th_pos[1], a_t[-1] > 0), cmp(dl, th_neg[1], a_t[-1] < 0)
             sure = lo_pos & hi_pos
-            cnt[:, b0 : b0 + b] += _count_last(sure)
+            above = _count_last(sure)  # (b, p): candidates above the relevant document at every α
+            cnt[:, b0 : b0 + b] += above
             flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
+            # A relevant document with kk candidates above it at every α is out of the top kk at
+            # every α whatever else it meets (only counts below kk are read): skip its other work.
+            dead = above >= self.kk
+            if dead.any():
+                flip &= ~dead[..., None]
+                unsure &= ~dead[..., None]
             fi = np.flatnonzero(flip)
             if fi.size:
                 d, lcf = dl.ravel()[fi], lc_b[:b].ravel()[fi]
