@@ -8,9 +8,11 @@ neighbour's top-k; equal scores ranked by document order).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 
 from normrank.errors import InvalidInputError
@@ -37,6 +39,30 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
     return (x / norms[:, None]).astype(np.float32, copy=False), norms.astype(np.float32, copy=False)
+
+
+# Multiply-adds per BLAS thread (~8 ms on one core) below which the cosine product runs on fewer
+# threads: a second thread saves at most half of a product this small, while on a machine whose
+# cores are busy it waits for one (measured on scifact, 300 x 5183 x 384 with the other core busy:
+# two threads 4-86 ms, median 12; one thread 6.3 ms every time; the same bits either way, as BLAS
+# splits the output, not the sums).
+_THREAD_WORK = 8 << 26
+
+
+@contextmanager
+def _product_threads(work: int) -> Iterator[None]:
+    """FAISS's OpenMP threads (the calling thread's setting) limited to one per
+    :data:`_THREAD_WORK` multiply-adds of ``work`` while the block runs, then restored."""
+    have = faiss.omp_get_max_threads()
+    want = max(1, min(have, work // _THREAD_WORK))
+    if want >= have:
+        yield
+        return
+    faiss.omp_set_num_threads(want)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(have)
 
 
 @dataclass(frozen=True)
@@ -94,7 +120,8 @@ def rank_grids(
         # numpy's OpenBLAS threads keep spinning after it and, on a machine with more runnable
         # threads than cores, took the core the ranking below runs on (it ran 2x slower).
         qb = qn[q0 : q0 + block]
-        cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
+        with _product_threads(qb.shape[0] * n * qn.shape[1]):
+            cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
         timing["cosine_matmul"] += time.perf_counter() - t
         for plan in plans:
             g, order, first, rows, out = plan
