@@ -11,8 +11,8 @@ Two comparisons, each side measured the same way:
   in steady state: exact top-100 by cosine + ranx's metrics on that run, timed in its own process
   after one untimed call (ranx and numba loaded). The whole sweep is also timed that way
   (``sweep_embeddings`` in that process, after one untimed call): the stages above are its first
-  call in a fresh process, which also pays numpy's first uses (e.g. ``np.quantile`` importing
-  ``numpy.ma``).
+  call in a fresh process, which also pays the first touch of the memory it allocates (page
+  faults) and first uses of numpy functions.
 * **whole fresh process**: the wall time of that `normrank sweep` process (interpreter start,
   imports, reading the collection and the cached embeddings, the sweep, writing sweep.json/md/png
   and per_query.csv) against the wall time of a fresh process that reads the same collection and

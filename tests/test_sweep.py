@@ -40,11 +40,17 @@ def test_grid_forms() -> None:
             parse_alphas(bad)
 
 
-def test_rank_all_alphas_is_exact() -> None:
+@pytest.mark.parametrize("unsorted", [False, True])
+@pytest.mark.parametrize("block_floats", [None, 600])  # one query block; blocks of 2 queries
+def test_rank_all_alphas_is_exact(monkeypatch, unsorted: bool, block_floats: int | None) -> None:
+    from normrank.sweep import rank
+
+    if block_floats is not None:
+        monkeypatch.setattr(rank, "SWEEP_BLOCK_FLOATS", block_floats)
     rng = np.random.default_rng(2)
     docs = rng.standard_normal((300, 16)) * rng.uniform(0.2, 3.0, (300, 1))
     q = rng.standard_normal((7, 16))
-    alphas = [-2.0, -0.5, 0.0, 0.75]
+    alphas = [0.75, -2.0, 0.0, -0.5] if unsorted else [-2.0, -0.5, 0.0, 0.75]
     scores, pos, _ = rank_all_alphas(q, docs, None, alphas, 25)
     norms = np.linalg.norm(docs, axis=1)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (docs / norms[:, None]).T
@@ -53,6 +59,26 @@ def test_rank_all_alphas_is_exact() -> None:
         want = np.argsort(-ref, axis=1)[:, :25]
         np.testing.assert_array_equal(pos[ai], want)
         np.testing.assert_allclose(scores[ai], np.take_along_axis(ref, want, 1), rtol=2e-5)
+
+
+def test_cosine_product_threads_change_no_bits_and_are_restored(monkeypatch) -> None:
+    """Small products run on fewer of FAISS's threads (rank._THREAD_WORK): the same rankings to the
+    bit as on all of them, and the caller's thread setting is back afterwards."""
+    import faiss
+
+    from normrank.sweep import rank
+
+    rng = np.random.default_rng(7)
+    docs = rng.standard_normal((2000, 48)) * rng.uniform(0.2, 3.0, (2000, 1))
+    q = rng.standard_normal((64, 48))
+    before = faiss.omp_get_max_threads()
+    got = {}
+    for work in (1, 1 << 62):  # every thread; one thread
+        monkeypatch.setattr(rank, "_THREAD_WORK", work)
+        got[work] = rank_all_alphas(q, docs, None, [-1.0, 0.0, 1.0], 30)[:2]
+        assert faiss.omp_get_max_threads() == before
+    for a, b in zip(got[1], got[1 << 62], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @settings(max_examples=150, deadline=None)

@@ -65,11 +65,14 @@ def independent(
         "slope": slope,
         "spearman": stats.spearmanr(norms, lengths).statistic,
     }
-    null = []
+    null, band = [], []
     for j in range(k):  # the documented permutation rule
         perm = np.random.default_rng([seed, j]).permutation(len(norms))
-        null.append(cv_gain(sweep(norms[perm], a), a, fold, cos_pq)[0])
+        pq = sweep(norms[perm], a)
+        null.append(cv_gain(pq, a, fold, cos_pq)[0])
+        band.append(pq.mean(axis=1) / cos_pq.mean())  # each α's mean NDCG@10 relative to cosine
     out["null"] = np.array(null)
+    out["band"] = {q: np.quantile(band, v, axis=0) for q, v in (("q05", 0.05), ("median", 0.5), ("max", 1.0))}
     out["perm_p"] = (1 + np.sum(out["null"] >= out["norm"][0] - 1e-9)) / (k + 1)
     return out
 
@@ -111,6 +114,8 @@ def test_controls_equal_an_independent_computation_on_a_synthetic_collection() -
     assert c["spearman_norm_length"] == pytest.approx(ref["spearman"], abs=1e-12)
     np.testing.assert_allclose(c["permutation"]["null_cv_gain_pct"], ref["null"], atol=1e-9)
     assert c["permutation"]["p_value"] == pytest.approx(ref["perm_p"])
+    for q_name, want in ref["band"].items():  # the shuffled band, α in grid order
+        np.testing.assert_allclose(c["permutation"]["relative_curve"][q_name], want, atol=1e-9)
     # The planted story: a length prior at least as good as the norm, little left in the residual.
     assert ref["spearman"] < -0.5 and c["length"]["cv"]["gain_pct"] > 0, (ref, c["length"]["cv"])
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from normrank.errors import InvalidParameterError
+from normrank.sweep import selection
 from normrank.sweep.calibration import auroc, best_threshold
 from normrank.sweep.metrics import METRICS, QrelsMatrix, metrics_help, parse_metrics, per_query_metric
-from normrank.sweep.selection import cross_validate, cv_choose_many, paired_t_p
+from normrank.sweep.selection import cross_validate, cv_choose_many, median, paired_t_p, quantile
 
 metrics_module = importlib.import_module("normrank.sweep.metrics")
 ranx = pytest.importorskip("ranx")
@@ -64,14 +65,18 @@ def test_vectorised_metrics_equal_ranx(metric: str, dense: bool, monkeypatch: py
     assert np.all(got[[i for i in range(len(qids)) if i not in keep]] == 0)
 
 
+@pytest.mark.parametrize("scale", [1, 100, 1.5])  # grades of one byte; beyond 255; fractional
 @pytest.mark.parametrize("dense", [True, False])
-def test_relevance_equals_the_qrels_lookup(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relevance_equals_the_qrels_lookup(
+    dense: bool, scale: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each retrieved position's grade against a dict lookup, over several rankings at once, with
     -1 pads in the first and the last query (the dense table sends them to its zero column)."""
     if not dense:
         monkeypatch.setattr(metrics_module, "_DENSE_RELEVANCE", 0)
     rng = np.random.default_rng(4)
     doc_ids, qrels, pos = random_case(rng)
+    qrels = [{d: g * scale for d, g in judged.items()} for judged in qrels]
     pos = np.stack([pos, np.roll(pos, 1, axis=0), pos[:, ::-1]])  # (3, nq, k)
     pos[:, -1, :2] = -1
     pos[1, 0, :] = -1
@@ -126,7 +131,9 @@ def test_paired_t_p_ignores_summation_order_noise() -> None:
     )
 
 
-def test_cv_choose_many_equals_cross_validate() -> None:
+@pytest.mark.parametrize("chunk", [selection._CV_CHUNK, 1, 450])  # one block; one sweep; two per block
+def test_cv_choose_many_equals_cross_validate(monkeypatch, chunk: int) -> None:
+    monkeypatch.setattr(selection, "_CV_CHUNK", chunk)
     rng = np.random.default_rng(0)
     alphas = [-1.0, -0.5, 0.0, 0.5]
     pq = np.round(rng.random((6, 4, 50)), 1)  # rounded: many ties, the tie rule matters
@@ -140,6 +147,17 @@ def test_cv_choose_many_equals_cross_validate() -> None:
     for b in range(6):
         _, _, chosen = cross_validate(pq[b], alphas, 5, seed=3)
         np.testing.assert_array_equal(got[b], pq[b][chosen, np.arange(50)])
+
+
+def test_quantile_and_median_are_numpys_bits() -> None:
+    rng = np.random.default_rng(5)
+    for n in [*range(1, 25), 99, 100, 1000]:
+        x = rng.standard_normal((n, 3)) * 10 ** rng.uniform(-3, 3)
+        x[: n // 2] = np.round(x[: n // 2], 1)  # ties
+        for q in (0.0, 0.05, 0.25, 0.5, 0.9, 0.95, 1.0, rng.uniform()):
+            np.testing.assert_array_equal(quantile(x, q), np.quantile(x, q, axis=0))
+            assert quantile(x[:, 0], q) == np.quantile(x[:, 0], q)
+        assert median(x[:, 1]) == np.median(x[:, 1])
 
 
 def test_auroc_and_threshold_against_definitions() -> None:

@@ -81,6 +81,15 @@ def test_relevant_ranks_equal_a_full_ranking(monkeypatch, few, keep, alphas, n_c
         assert ranks.full_rows > 0  # the ranks counted over all documents were exercised
 
 
+@pytest.mark.parametrize(("n", "k", "seed"), [(5183, 7, 0), (1, 3, 2), (0, 2, 1), (40, 99, 12345)])
+def test_permutations_are_the_seeded_generators(n: int, k: int, seed: int) -> None:
+    """Row j is what the documented generator gives: the null's p-values stay reproducible."""
+    got = null.permutations(n, k, seed)
+    want = np.array([np.random.default_rng([seed, j]).permutation(n) for j in range(k)]).reshape(k, n)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
 def test_ties_are_really_there() -> None:
     """The case above does contain equal float32 scores among relevant documents' competitors."""
     _, _, cos, norms, qm = case(seed=1)

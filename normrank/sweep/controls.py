@@ -23,7 +23,7 @@ import numpy as np
 
 from normrank.settings import CV_METRIC
 from normrank.sweep.result import pct
-from normrank.sweep.selection import argbest, cross_validate, paired_t_p
+from normrank.sweep.selection import argbest, cross_validate, median, paired_t_p, quantile
 
 __all__ = ["average_ranks", "length_residual", "permutation_summary", "spearman", "weight_control"]
 
@@ -102,7 +102,7 @@ def permutation_summary(null_gains: np.ndarray, real_gain: float, k: int, seed: 
         "seed": int(seed),
         "p_value": (1 + ge) / (k + 1),
         "null_cv_gain_pct": [float(x) for x in g],
-        "null_median_pct": float(np.median(g)) if g.size else 0.0,
+        "null_median_pct": median(g) if g.size else 0.0,
         "null_max_pct": float(g.max()) if g.size else 0.0,
-        "null_q95_pct": float(np.quantile(g, 0.95)) if g.size else 0.0,
+        "null_q95_pct": float(quantile(g, 0.95)) if g.size else 0.0,
     }

@@ -76,10 +76,13 @@ class QrelsMatrix:
             return np.zeros(positions.shape, dtype=np.float64)
         if self.nq * (self.n + 1) <= _DENSE_RELEVANCE:
             if self._table is None:  # (nq, n + 1), the last column 0: where position -1 lands
-                self._table = np.zeros(self.nq * (self.n + 1), dtype=np.float64)
+                # Grades are small integers: one byte each keeps the table in cache (an eighth of
+                # float64's fresh pages); the values read back are the same.
+                small = bool(np.all((self._rels == np.round(self._rels)) & (self._rels <= 255)))
+                self._table = np.zeros(self.nq * (self.n + 1), dtype=np.uint8 if small else np.float64)
                 self._table[self._keys + self._keys // max(self.n, 1)] = self._rels
             # q * (n + 1) - 1 is the previous row's zero column (q = 0: the last row's)
-            return self._table[q * (self.n + 1) + positions]
+            return self._table[q * (self.n + 1) + positions].astype(np.float64, copy=False)
         keys = q * self.n + positions
         idx = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
         hit = (self._keys[idx] == keys) & (positions >= 0)

@@ -28,7 +28,7 @@ import numpy as np
 
 from normrank.settings import CV_METRIC
 from normrank.sweep.metrics import QrelsMatrix
-from normrank.sweep.selection import cv_choose_many
+from normrank.sweep.selection import cv_choose_many, quantile
 
 __all__ = [
     "HIGH_WEIGHT_DOCS",
@@ -44,11 +44,13 @@ NULL_DEPTH = int(CV_METRIC.split("@")[1])  # the null is scored on the CV metric
 NULL_CANDIDATES = 100
 HIGH_WEIGHT_DOCS = 1024  # at most, per relevant document, scored beside the candidates
 _CHUNK = 1 << 22  # (weightings x relevant pairs x candidates) scores per array pass
-_PAIR_CHUNK = 1 << 18
+# (query, document) cosines scored at once: by the non-candidate scan (its ~10 temporaries stay
+# near 0.5 MB each, reused rather than fresh pages), or computed when the matrix is not kept
+_PAIR_CHUNK = 1 << 16
 _PASS_CHUNK = 1 << 18  # comparisons per block of the all-α pass: its temporaries stay in cache
 _DENSE_MASK = 1 << 26  # (queries x documents) booleans for the candidate membership test
-_MARGIN = 1e-5
-_FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate  # |log score ratio| beyond which float32 scores cannot order two documents otherwise  # (query, document) cosines computed at once when the matrix is not kept
+_MARGIN = 1e-5  # |log score ratio| beyond which float32 scores cannot order two documents otherwise
+_FEW_PAIRS = 6  # relevant documents per query up to which each is compared with every candidate
 
 
 def _count_last(mask: np.ndarray) -> np.ndarray:
@@ -60,8 +62,14 @@ def _count_last(mask: np.ndarray) -> np.ndarray:
 
 
 def permutations(n: int, k: int, seed: int) -> np.ndarray:
-    """``(k, n)`` int64: the null's permutations of the documents' norms (seeded, reproducible)."""
-    return np.stack([np.random.default_rng([seed, j]).permutation(n) for j in range(k)]).reshape(k, n)
+    """``(k, n)`` int64: the null's permutations of the documents' norms (seeded, reproducible):
+    row j is ``np.random.default_rng([seed, j]).permutation(n)``, shuffled in place here (the same
+    generator and the same shuffle, without k temporary arrays and their stacking copy)."""
+    out = np.empty((k, n), dtype=np.int64)
+    out[:] = np.arange(n, dtype=np.int64)
+    for j in range(k):
+        np.random.Generator(np.random.PCG64([seed, j])).shuffle(out[j])
+    return out
 
 
 class RelevantRanks:
@@ -228,7 +236,7 @@ class RelevantRanks:
                     w, None if perm is None else src_m[sl], None if perm is None else src_mr[sl]
                 )
                 entries.append((eb + b0, self.many[em], got))
-        return self._finish(w, entries, b_all, perm, inv, order)
+        return self._finish(w, entries, b_all, perm, inv, order, src_r)
 
     def _finish(
         self,
@@ -238,15 +246,22 @@ class RelevantRanks:
         perm: np.ndarray | None,
         inv: np.ndarray | None,
         order: np.ndarray | None = None,
+        src_r: np.ndarray | None = None,
     ) -> np.ndarray:
         """(B, nq) NDCG@10 from the relevant documents the candidates leave in the top kk
         (``entries``: weighting, pair, candidates above), once the other documents are added.
-        ``order``: documents by ``w`` ascending, if known."""
+        ``order``: documents by ``w`` ascending, if known; ``src_r``: ``perm[:, pd]``, if known."""
         eb = np.concatenate([e[0] for e in entries]) if entries else np.zeros(0, np.int64)
         ep = np.concatenate([e[1] for e in entries]) if entries else np.zeros(0, np.int64)
         ce = np.concatenate([e[2] for e in entries]).astype(np.int64) if entries else np.zeros(0, np.int64)
         if not self.exhaustive and eb.size:
-            rv = self.r_cos[ep] * (w[self.pd[ep]] if perm is None else w[perm[eb, self.pd[ep]]])
+            if perm is None:
+                src = self.pd[ep]
+            elif src_r is not None:  # the same sources, read from the small (B, pairs) table
+                src = src_r.ravel()[eb * src_r.shape[1] + ep]
+            else:
+                src = perm[eb, self.pd[ep]]
+            rv = self.r_cos[ep] * w[src]
             self._outside(w, eb, ep, ce, rv, perm, inv, order)
         keep = ce < self.kk
         eb, ep, ce = eb[keep], ep[keep], ce[keep]
@@ -255,7 +270,9 @@ class RelevantRanks:
         dcg = dcg.reshape(b_all, self.nq)
         return np.where(self.idcg > 0, dcg / np.where(self.idcg > 0, self.idcg, 1.0), 0.0)
 
-    def ndcg_powers(self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray) -> np.ndarray:
+    def ndcg_powers(
+        self, norms: np.ndarray, alphas: Sequence[float], perm: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """(B, len(alphas), nq): :meth:`ndcg` of ``w = float32(norms ** α)[perm[b]]`` for every α
         and every row of ``perm`` (B, n), the candidate comparisons of all α in one pass.
 
@@ -264,7 +281,8 @@ class RelevantRanks:
         zero falls between two grid points. The float32 scores agree with that sign wherever
         ``|x| > _MARGIN`` (each is within 2^-23 of the real product; x itself is computed to
         ~1e-6); the rest (ties included, and any cosine <= 0 of a relevant document) are
-        compared in float32 at every α.
+        compared in float32 at every α. ``out``: a (B, len(alphas), nq) float64 array (a view will
+        do) to write the result into, returned.
         """
         norms = np.asarray(norms, dtype=np.float64)
         a = np.asarray(alphas, dtype=np.float64)
@@ -272,9 +290,16 @@ class RelevantRanks:
         b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size  # p: the few-judgement pairs
         if self.pq.size == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
             src = self.sources(perm)
-            return np.stack([self.ndcg(w, src) for w in weights], axis=1)
-        inv = np.empty_like(perm)
-        inv[np.arange(b_all)[:, None], perm] = np.arange(perm.shape[1])
+            res = np.stack([self.ndcg(w, src) for w in weights], axis=1)
+            if out is None:
+                return res
+            out[...] = res
+            return out
+        # int32 where it fits: half the fresh memory, the same values
+        inv = np.empty(perm.shape, dtype=np.int32 if perm.shape[1] < 2**31 else np.int64)
+        ar = np.arange(perm.shape[1], dtype=inv.dtype)
+        for row, pr in zip(inv, perm, strict=True):  # row by row: 1-D scatters, ~2x a 2-D one
+            row[pr] = ar
         src_r = np.ascontiguousarray(perm[:, self.pd])
         src_fr = np.ascontiguousarray(src_r[:, self.few])
         order = np.argsort(a, kind="stable")
@@ -307,8 +332,10 @@ class RelevantRanks:
         def cmp(x: np.ndarray, th: np.ndarray, greater: bool) -> np.ndarray:
             return x > th if greater else x < th
 
-        cnt = np.zeros((b_all, p, na), dtype=np.int64)  # in asort order
+        # in asort order, α first: each α's counts are read as one contiguous block below
+        cnt = np.zeros((na, b_all, p), dtype=np.int32)
         step = max(1, _PASS_CHUNK // max(p * c, 1))
+        lc_b = np.ascontiguousarray(np.broadcast_to(lc, (min(step, b_all), p, c)))  # lc per block row
         for b0 in range(0, b_all if p else 0, step):
             pb, srr = perm[b0 : b0 + step], src_fr[b0 : b0 + step]
             b = pb.shape[0]
@@ -319,12 +346,19 @@ class RelevantRanks:
             lo_pos, lo_neg = cmp(dl, th_pos[0], a_t[0] > 0), cmp(dl, th_neg[0], a_t[0] < 0)
             hi_pos, hi_neg = cmp(dl, th_pos[1], a_t[-1] > 0), cmp(dl, th_neg[1], a_t[-1] < 0)
             sure = lo_pos & hi_pos
-            cnt[b0 : b0 + b] += _count_last(sure)[..., None]
+            above = _count_last(sure)  # (b, p): candidates above the relevant document at every α
+            cnt[:, b0 : b0 + b] += above
             flip = (lo_neg & hi_pos) | (lo_pos & hi_neg)
             unsure = ~(sure | (lo_neg & hi_neg) | flip)
+            # A relevant document with kk candidates above it at every α is out of the top kk at
+            # every α whatever else it meets (only counts below kk are read): skip its other work.
+            dead = above >= self.kk
+            if dead.any():
+                flip &= ~dead[..., None]
+                unsure &= ~dead[..., None]
             fi = np.flatnonzero(flip)
             if fi.size:
-                d, lcf = dl.ravel()[fi], np.broadcast_to(lc, dl.shape).ravel()[fi]
+                d, lcf = dl.ravel()[fi], lc_b[:b].ravel()[fi]
                 t = -lcf / d  # the zero of x: beats above it when d > 0, below it when d < 0
                 if below is not None:
                     j = np.ceil((t - a_t[0]) / a_t.dtype.type(unit)).astype(np.int64)
@@ -342,7 +376,8 @@ class RelevantRanks:
                     bp * (na + 1) + j, weights=np.where(up, 1.0, -1.0), minlength=b * p * (na + 1)
                 )
                 hist[:: na + 1] += np.bincount(bp[~up], minlength=b * p)
-                cnt[b0 : b0 + b] += np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int64)
+                counted = np.cumsum(hist.reshape(b, p, na + 1), axis=-1)[..., :na].astype(np.int32)
+                cnt[:, b0 : b0 + b] += np.moveaxis(counted, -1, 0)
             ui = np.flatnonzero(unsure)  # rare: flat indices are cheaper than nonzero's three
             ub, up_, uc = ui // (p * c), (ui // c) % p, ui % c
             if ub.size:  # compared in float32, as the scores are, at every α
@@ -353,22 +388,26 @@ class RelevantRanks:
                     r_u = self.f_rcos[up_] * w[srr[ub, up_]]
                     beat = (s_u > r_u) | ((s_u == r_u) & self.lower[up_, uc])
                     add = np.bincount(ub * p + up_, weights=beat, minlength=b * p)
-                    cnt[b0 : b0 + b, :, k] += add.reshape(b, p).astype(np.int64)
-        out = np.empty((b_all, na, self.nq))
+                    cnt[k, b0 : b0 + b] += add.reshape(b, p).astype(np.int32)
+        if out is None:
+            out = np.empty((b_all, na, self.nq))
         if self.many.size:
             src_m = np.ascontiguousarray(perm[:, self.m_pos])  # once for every α
             src_mr = np.ascontiguousarray(src_r[:, self.many])
         m_step = max(1, _CHUNK // max(self.m_pos.size, 1))
         for k, ai in enumerate(order):
             w = weights[ai]
-            eb, ef = np.nonzero(cnt[:, :, k] < self.kk)
-            entries = [(eb, self.few[ef], cnt[eb, ef, k])]
+            ck = cnt[k].ravel()
+            flat = np.flatnonzero(ck < self.kk)  # row-major, as np.nonzero: the same order
+            eb, ef = np.divmod(flat, max(p, 1))
+            entries = [(eb, self.few[ef], ck[flat])]
             for b0 in range(0, b_all if self.many.size else 0, m_step):
                 sl = slice(b0, b0 + m_step)
                 mb, mm, got = self._counts_many(w, src_m[sl], src_mr[sl])
                 entries.append((mb + b0, self.many[mm], got))
             # w = norms**α is monotone in the norms: their order (reversed for α < 0) sorts it
-            out[:, ai] = self._finish(w, entries, b_all, perm, inv, by_norm if a[ai] > 0 else by_norm[::-1])
+            by_w = by_norm if a[ai] > 0 else by_norm[::-1]
+            out[:, ai] = self._finish(w, entries, b_all, perm, inv, by_w, src_r)
         return out
 
     def _outside(
@@ -399,23 +438,30 @@ class RelevantRanks:
         m[full] = 0
         sel = np.flatnonzero(m)
         desc = order[::-1]  # sources by weight, largest first: a prefix of m of them can win
+        w_desc = w[desc]
         bounds = np.r_[0, np.cumsum(m[sel])]
-        start = 0
+        start, n = 0, self.n
         while start < sel.size:  # the scans, a bounded number of cosines at a time
             stop = int(np.searchsorted(bounds, bounds[start] + _PAIR_CHUNK, side="right")) - 1
             stop = max(stop, start + 1)
             e, mm = sel[start:stop], m[sel[start:stop]]
-            rep = np.repeat(np.arange(e.size), mm)
-            srcs = desc[np.arange(rep.size) - np.repeat(np.cumsum(mm) - mm, mm)]
-            n = self.n
-            docs = inv.ravel()[eb[e][rep] * n + srcs] if inv is not None else srcs
-            q = self.pq[ep[e]][rep]
-            flat = q * n + docs  # (query, document) into the dense (nq, n) arrays
-            cs = self._cosines.ravel()[flat] if self._cosines is not None else self.cos_pairs(q, docs)
-            sc = cs * w[srcs]
+            ends = np.cumsum(mm)
+            # each entry's sources in weight order, entry after entry; per-entry values are
+            # repeated rather than gathered through a repeated entry index
+            rank = np.arange(int(ends[-1])) - np.repeat(ends - mm, mm)
+            srcs = desc[rank]
+            docs = inv.ravel()[np.repeat(eb[e] * n, mm) + srcs] if inv is not None else srcs
+            qe = self.pq[ep[e]]
+            flat = np.repeat(qe * n, mm) + docs  # (query, document) into the dense (nq, n) arrays
+            if self._cosines is not None:
+                cs = self._cosines.ravel()[flat]
+            else:
+                cs = self.cos_pairs(np.repeat(qe, mm), docs)
+            sc = cs * w_desc[rank]
             # Few score at least as high: the other tests only on those.
-            hi = np.flatnonzero(sc >= rv[e][rep])
-            rep, docs, flat, sc = rep[hi], docs[hi], flat[hi], sc[hi]
+            hi = np.flatnonzero(sc >= np.repeat(rv[e], mm))
+            rep = np.searchsorted(ends, hi, side="right")  # their entries (hi ascending)
+            docs, flat, sc = docs[hi], flat[hi], sc[hi]
             if self.is_cand is not None:
                 outside = ~self.is_cand.ravel()[flat]  # candidates were counted already
             else:
@@ -473,23 +519,26 @@ def permutation_null(
     i0 = int(np.flatnonzero(a == 0.0)[0])
     full_before = ranks.full_rows
     perms = permutations(n, k, seed)
-    ndcg = np.empty((k, len(a), nq))
-    ndcg[:, i0] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
-    norms64 = norms.astype(np.float64)
     nz = np.flatnonzero(a != 0.0)
+    # Columns α ≠ 0 first and α = 0 last, so that ndcg_powers writes into a view of ``ndcg``
+    # (no copy); the selection is told the same order, and the band is put back in grid order.
+    cols = np.r_[nz, i0]
+    ndcg = np.empty((k, len(a), nq))
+    ndcg[:, -1] = ranks.ndcg(np.ones(n, dtype=np.float32))[0]  # α = 0 is cosine for every permutation
+    norms64 = norms.astype(np.float64)
     # Permutations in chunks bound the memory of their candidates' sources (B x P x C).
     chunk = max(1, min(k, _CHUNK // max(ranks.c_pos.size, 1)))
     for j0 in range(0, k, chunk):
-        ndcg[j0 : j0 + chunk, nz] = ranks.ndcg_powers(norms64, a[nz], perms[j0 : j0 + chunk])
-    held = cv_choose_many(ndcg, a, fold)  # (k, nq) held-out NDCG@10 per permutation
-    base = ndcg[0, i0].mean() if k else 0.0
+        ranks.ndcg_powers(norms64, a[nz], perms[j0 : j0 + chunk], out=ndcg[j0 : j0 + chunk, : nz.size])
+    held = cv_choose_many(ndcg, a[cols], fold)  # (k, nq) held-out NDCG@10 per permutation
+    base = ndcg[0, -1].mean() if k else 0.0
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
     total = k * (len(a) - 1) * ranks.pq.size
     info: dict[str, object] = {"fallback_fraction": (ranks.full_rows - full_before) / total if total else 0.0}
     if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
-        rel_curve = ndcg.mean(axis=2) / base
+        rel_curve = (ndcg.mean(axis=2) / base)[:, np.argsort(cols)]  # grid order
         info["relative_curve"] = {
-            q: [float(x) for x in np.quantile(rel_curve, v, axis=0)]
+            q: [float(x) for x in quantile(rel_curve, v)]
             for q, v in (("q05", 0.05), ("median", 0.5), ("q95", 0.95), ("max", 1.0))
         }
     return gains, info

@@ -8,9 +8,11 @@ neighbour's top-k; equal scores ranked by document order).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 
 from normrank.errors import InvalidInputError
@@ -20,6 +22,7 @@ from normrank.topk import inner_products, reweighted_topk
 
 __all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
 
+_NORM_ROWS = 256  # rows per block of unit_rows' norms
 KEEP_COSINES_FLOATS = 1 << 26  # keep the whole cosine matrix up to 256 MB (the null reads columns of it)
 
 
@@ -28,10 +31,38 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise InvalidInputError(f"{what} must be 2-D, got shape {x.shape}")
-    norms = np.linalg.norm(x, axis=1)
+    # A block of rows at a time: the same values as one np.linalg.norm(x, axis=1) (each row is
+    # reduced alone) without its whole-matrix temporary of squares (fresh pages, a cold cache).
+    norms = np.empty(x.shape[0], dtype=np.float32)
+    for s in range(0, x.shape[0], _NORM_ROWS):
+        norms[s : s + _NORM_ROWS] = np.linalg.norm(x[s : s + _NORM_ROWS], axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms <= 0):
         raise InvalidInputError(f"{what}: every vector must be finite and non-zero")
     return (x / norms[:, None]).astype(np.float32, copy=False), norms.astype(np.float32, copy=False)
+
+
+# Multiply-adds per BLAS thread (~8 ms on one core) below which the cosine product runs on fewer
+# threads: a second thread saves at most half of a product this small, while on a machine whose
+# cores are busy it waits for one (measured on scifact, 300 x 5183 x 384 with the other core busy:
+# two threads 4-86 ms, median 12; one thread 6.3 ms every time; the same bits either way, as BLAS
+# splits the output, not the sums).
+_THREAD_WORK = 8 << 26
+
+
+@contextmanager
+def _product_threads(work: int) -> Iterator[None]:
+    """FAISS's OpenMP threads (the calling thread's setting) limited to one per
+    :data:`_THREAD_WORK` multiply-adds of ``work`` while the block runs, then restored."""
+    have = faiss.omp_get_max_threads()
+    want = max(1, min(have, work // _THREAD_WORK))
+    if want >= have:
+        yield
+        return
+    faiss.omp_set_num_threads(want)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(have)
 
 
 @dataclass(frozen=True)
@@ -74,10 +105,14 @@ def rank_grids(
         first = int(np.argmin(np.abs(ex[order])))
         w = dnorm if g.weights is None else np.asarray(g.weights, dtype=np.float32)
         rows = np.stack([norm_weight(w, float(ex[i])) for i in order])  # w**e once per e
-        out = (np.empty((len(ex), nq, g.k), np.float32), np.empty((len(ex), nq, g.k), np.int64))
-        plans.append((g, order, first, rows, out))
+        plans.append([g, order, first, rows, None])
     timing = {"cosine_matmul": 0.0, **{f"rank_{g.name}": 0.0 for g in grids}}
     block = max(1, min(nq, SWEEP_BLOCK_FLOATS // max(n, 1)))
+    for plan in plans:
+        g, order = plan[0], plan[1]
+        if block < nq or nq == 0 or not np.array_equal(order, np.arange(order.size)):
+            plan[4] = (np.empty((order.size, nq, g.k), np.float32), np.empty((order.size, nq, g.k), np.int64))
+        # else: one block with the exponents in order; the kernel's own arrays are the result
     kept = np.empty((nq, n), np.float32) if keep_cosines and nq * n <= KEEP_COSINES_FLOATS else None
     for q0 in range(0, nq, block):
         t = time.perf_counter()
@@ -85,13 +120,18 @@ def rank_grids(
         # numpy's OpenBLAS threads keep spinning after it and, on a machine with more runnable
         # threads than cores, took the core the ranking below runs on (it ran 2x slower).
         qb = qn[q0 : q0 + block]
-        cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
+        with _product_threads(qb.shape[0] * n * qn.shape[1]):
+            cos = inner_products(qb, dn, None if kept is None else kept[q0 : q0 + qb.shape[0]])
         timing["cosine_matmul"] += time.perf_counter() - t
-        for g, order, first, rows, (scores, pos) in plans:
+        for plan in plans:
+            g, order, first, rows, out = plan
             t = time.perf_counter()
             v, p = reweighted_topk(cos, rows, g.k, first)
-            scores[order, q0 : q0 + cos.shape[0]] = v
-            pos[order, q0 : q0 + cos.shape[0]] = p
+            if out is None:
+                plan[4] = (v, p)
+            else:
+                out[0][order, q0 : q0 + cos.shape[0]] = v
+                out[1][order, q0 : q0 + cos.shape[0]] = p
             timing[f"rank_{g.name}"] += time.perf_counter() - t
     return {g.name: out for g, _, _, _, out in plans}, timing, kept
 

@@ -48,7 +48,7 @@ def evaluate_alphas(
     return {m: per_query_metric(m, positions, qm) for m in metrics}
 
 
-def _norms64(x: np.ndarray, rows: int = 512) -> np.ndarray:
+def _norms64(x: np.ndarray, rows: int = 128) -> np.ndarray:
     """Row norms in float64, a block of rows at a time: the same values as one
     ``np.linalg.norm(x.astype(np.float64), axis=1)`` (each row is reduced alone), without a
     float64 copy of the whole matrix, whose fresh pages cost more than the sweep's ranking."""
