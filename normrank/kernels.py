@@ -21,6 +21,10 @@ import numpy as np
 
 __all__ = ["heap_add_weighted", "heap_kernel"]
 
+# Scores tested against the heap top per vectorised step of the selection (measured on a
+# 100 x 2048 block: 16-32 compile to scalar code, 64-256 vectorise, ~20 us against ~80 us).
+_CHUNK = 64
+
 _KERNELS: dict[str, object] | None = None
 _FAILED: str | None = None
 
@@ -31,39 +35,53 @@ def _compile() -> dict[str, object]:
     # cache=True keeps the machine code next to this module (or in numba's user cache where
     # that is read-only), so later processes load it instead of compiling (~1 s).
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def heap_add_weighted_rows(vals, ids, scores, weights, j0, r0, r1):  # pragma: no cover
+    def replace_top(hv, hi, i, k, v, idv):  # pragma: no cover - compiled
+        # FAISS's heap_replace_top<CMin> on heap i: sift down from the root (1-based), ties
+        # broken by id
+        p = 1
+        while True:
+            c1 = p << 1
+            if c1 > k:
+                break
+            c2 = c1 + 1
+            a1 = hv[i, c1 - 1]
+            if c2 == k + 1 or a1 < hv[i, c2 - 1] or (a1 == hv[i, c2 - 1] and hi[i, c1 - 1] < hi[i, c2 - 1]):
+                c = c1
+            else:
+                c = c2
+            b = hv[i, c - 1]
+            if v < b or (v == b and idv < hi[i, c - 1]):
+                break
+            hv[i, p - 1] = b
+            hi[i, p - 1] = hi[i, c - 1]
+            p = c
+        hv[i, p - 1] = v
+        hi[i, p - 1] = idv
+
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def insert_span(vals, ids, scores, weights, j0, i, start, stop):  # pragma: no cover
         k = vals.shape[1]
+        for t in range(start, stop):
+            v = scores[i, t] * weights[t]
+            if vals[i, 0] < v:  # FAISS's CMin::cmp(heap top, score): strictly better only
+                replace_top(vals, ids, i, k, v, j0 + t)
+
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def heap_add_weighted_rows(vals, ids, scores, weights, j0, r0, r1):  # pragma: no cover
         m = scores.shape[1]
+        full = m - m % _CHUNK
         for i in range(r0, r1):
-            hv = vals[i]
-            hi = ids[i]
-            row = scores[i]
-            top = hv[0]
-            for j in range(m):
-                v = row[j] * weights[j]
-                if top < v:  # FAISS's CMin::cmp(heap top, score): strictly better only
-                    idv = j0 + j
-                    # heap_replace_top<CMin>: sift down from the root, 1-based, ties by id
-                    p = 1
-                    while True:
-                        c1 = p << 1
-                        if c1 > k:
-                            break
-                        c2 = c1 + 1
-                        a1 = hv[c1 - 1]
-                        if c2 == k + 1 or a1 < hv[c2 - 1] or (a1 == hv[c2 - 1] and hi[c1 - 1] < hi[c2 - 1]):
-                            c = c1
-                        else:
-                            c = c2
-                        b = hv[c - 1]
-                        if v < b or (v == b and idv < hi[c - 1]):
-                            break
-                        hv[p - 1] = b
-                        hi[p - 1] = hi[c - 1]
-                        p = c
-                    hv[p - 1] = v
-                    hi[p - 1] = idv
-                    top = hv[0]
+            # Count each chunk's scores above the heap top first: a branch-free loop that
+            # compiles to SIMD (~0.1 ns a score; plain 2-D indexing, which row views defeat);
+            # almost every chunk has none. NaN compares false in both tests, so they agree.
+            for j in range(0, full, _CHUNK):
+                top = vals[i, 0]
+                above = 0
+                for t in range(_CHUNK):
+                    above += np.int32(scores[i, j + t] * weights[j + t] > top)
+                if above:
+                    insert_span(vals, ids, scores, weights, j0, i, j, j + _CHUNK)
+            insert_span(vals, ids, scores, weights, j0, i, full, m)
 
     # Compile (or load from the cache) now, inside the caller's try: a numba that cannot build
     # the kernel on this platform falls back instead of failing mid-search.

@@ -294,6 +294,21 @@ def inner_products_small(q: np.ndarray, docs: np.ndarray) -> np.ndarray:
     return out
 
 
+_ONES = np.ones(0, dtype=np.float32)
+
+
+def _ones(m: int) -> np.ndarray:
+    """``m`` float32 ones, read only, from one shared array grown as needed (a cosine search
+    would otherwise allocate and fill a block's worth per call)."""
+    global _ONES
+    ones = _ONES
+    if ones.size < m:
+        ones = np.ones(m, dtype=np.float32)
+        ones.flags.writeable = False
+        _ONES = ones  # one assignment: a concurrent reader keeps the array it took
+    return ones[:m]
+
+
 def weighted_flat_search(
     unit_vectors: np.ndarray,
     weights: np.ndarray | None,
@@ -337,9 +352,13 @@ def weighted_flat_search(
         # The fused kernel multiplies each score as the heap reads it (no extra pass). Without
         # it, weights go where they cost fewer multiplies: on the (m, d) documents when there
         # are more queries than dimensions, else on the (nq, m) scores.
-        fused = weights is not None and heap_kernel() == "numba"
+        fused = heap_kernel() == "numba"
         if fused:
-            weights = np.ascontiguousarray(weights, dtype=np.float32)
+            # Cosine (no weights) runs the same kernel with weights 1: x * 1 is x exactly, and
+            # its selection is ~2x cheaper per score than FAISS's public addn.
+            weights_in = (
+                _ones(min(block, n)) if weights is None else np.ascontiguousarray(weights, dtype=np.float32)
+            )
         scale_docs = weights is not None and not fused and buffer is not None and nqb > d
         doc_buffer = np.empty((min(block, n), d), dtype=np.float32) if scale_docs else None
         for j0 in range(0, n, block):
@@ -352,7 +371,8 @@ def weighted_flat_search(
             else:
                 s = inner_products(q, docs, buffer[: nqb * m].reshape(nqb, m))
             if fused:
-                heap_add_weighted(values, positions, s, weights[j0 : j0 + m], j0)
+                w_block = weights_in[:m] if weights is None else weights_in[j0 : j0 + m]
+                heap_add_weighted(values, positions, s, w_block, j0)
                 continue
             if weights is not None and not scale_docs:
                 s *= weights[j0 : j0 + m]
