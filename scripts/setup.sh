@@ -11,7 +11,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 "$PY" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# setuptools' boxed "Editable installation" notice is for package authors, not for a user
+# running the main job: filtered, like pip's own version check.
+pip() { PYTHONWARNINGS="ignore:Editable installation" "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install -U pip
 pip install "torch==2.13.0"
 pip install -e ".[models,offline-models,bench,qdrant,dev]"

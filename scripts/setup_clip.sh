@@ -12,7 +12,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 "$PY" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# setuptools' "Editable installation" notice filtered as in setup.sh.
+pip() { PYTHONWARNINGS="ignore:Editable installation" "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install -U pip
 pip install "torch==2.14.1" "torchvision==0.29.1" "open_clip_torch>=2.24"
 pip install -e ".[dev]"
