@@ -356,9 +356,7 @@ def weighted_flat_search(
         if fused:
             # Cosine (no weights) runs the same kernel with weights 1: x * 1 is x exactly, and
             # its selection is ~2x cheaper per score than FAISS's public addn.
-            weights_in = (
-                _ones(min(block, n)) if weights is None else np.ascontiguousarray(weights, dtype=np.float32)
-            )
+            weights_in = _ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float32)
         scale_docs = weights is not None and not fused and buffer is not None and nqb > d
         doc_buffer = np.empty((min(block, n), d), dtype=np.float32) if scale_docs else None
         for j0 in range(0, n, block):
@@ -371,8 +369,7 @@ def weighted_flat_search(
             else:
                 s = inner_products(q, docs, buffer[: nqb * m].reshape(nqb, m))
             if fused:
-                w_block = weights_in[:m] if weights is None else weights_in[j0 : j0 + m]
-                heap_add_weighted(values, positions, s, w_block, j0)
+                heap_add_weighted(values, positions, s, weights_in[j0 : j0 + m], j0)
                 continue
             if weights is not None and not scale_docs:
                 s *= weights[j0 : j0 + m]
