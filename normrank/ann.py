@@ -9,8 +9,9 @@ Method (chosen by measurement, see benchmarks/results/speed.md): **ANN candidate
 scan in decreasing weight order, stopped by a bound** (norm ranging, Yan et al., NeurIPS 2018,
 with the bands scanned exactly and their size chosen per query).
 
-* Fetch the top ``D`` by cosine from the index (HNSW: a quarter of its ``efSearch`` beam; IVF:
-  a share of what it probes; :func:`default_start`) and re-score ``cos * w`` exactly.
+* Fetch the top ``D`` by cosine from the index (HNSW: an eighth of its ``efSearch`` beam; IVF:
+  a share of what it probes; at least ``k * k_factor``; :func:`default_start`) and re-score
+  ``cos * w`` exactly.
 * Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
   when ``alpha > 0``) exactly. After ``t`` of them, a document seen neither way has cosine
   ``<= c_T`` (the cosine at a trusted rank ``T <= D``, :func:`default_trust_depth`) and weight
@@ -20,7 +21,10 @@ with the bands scanned exactly and their size chosen per query).
 * How far to scan is read off the bound: the first ``t`` with ``c_T * w_(t) <= k-th score`` (a
   binary search in the sorted weights). A query scans a first chunk, which can raise its k-th
   score, then jumps to the ``t`` its new k-th score needs; it never scans past it. A batch grows
-  its chunks by doubling instead, so that one deep query does not drag the others along.
+  its chunks by doubling instead, so that one deep query does not drag the others along, and
+  within a chunk each query stops at the segment its bound needs (one BLAS product per
+  segment, for the queries still scanning; the weight multiplied in and the candidates
+  skipped as FAISS's heap takes the scores, :func:`normrank.kernels.heap_add_scanned`).
 
 A single query (the latency case) reads the scanned prefix through an int8 copy first
 (:mod:`normrank.quantized_scan`: per-row scale and an exact bound of the quantisation error,
@@ -47,6 +51,7 @@ import numpy as np
 
 from normrank import quantized_scan
 from normrank.faiss_info import ann_params
+from normrank.kernels import heap_add_scanned, heap_kernel
 from normrank.quantized_scan import QuantizedRows
 from normrank.settings import WEIGHT_CACHE_ENTRIES
 from normrank.topk import SMALL_NQ, inner_products, inner_products_small
@@ -70,6 +75,10 @@ _DONE, _FALLBACK, _GROW = 0, 1, 2
 # A batch's weight-order scan grows by this factor per round, and never past what its deepest
 # open query needs: a batch scans at most twice what its bound needed.
 _GROWTH = 2
+# Within a chunk, a query whose bound is met early stops at the end of its segment of this many
+# rows (27k real MiniLM embeddings, 100 queries, alpha = 1: 19% fewer rows scanned than when
+# every query scans the whole chunk, in ~25 BLAS calls instead of 5).
+_SEGMENT = 512
 
 
 class IdLookup:
@@ -121,28 +130,6 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
     if up.any():
         need[up] = np.searchsorted(neg_w, -(kth[up] / c_last[up]), side="left")
     return need
-
-
-def _merge(
-    s: np.ndarray, p: np.ndarray, chunk: np.ndarray, chunk_ids: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of sorted rows ``(s, p)`` and a chunk of new candidates whose columns are the
-    documents ``chunk_ids`` (the same for every row), in FAISS's C++ heap: one compare per new
-    score, where selecting from the concatenation in numpy sorted every row's whole chunk."""
-    nq = s.shape[0]
-    values = np.empty((nq, k), dtype=np.float32)
-    ids = np.empty((nq, k), dtype=np.int64)
-    heap = faiss.float_minheap_array_t()  # a min-heap keeps the k largest
-    heap.k, heap.nh, heap.val, heap.ids = k, nq, faiss.swig_ptr(values), faiss.swig_ptr(ids)
-    heap.heapify()
-    s = np.ascontiguousarray(s, dtype=np.float32)
-    heap.addn_with_ids(k, faiss.swig_ptr(s), faiss.swig_ptr(np.ascontiguousarray(p)), k, 0, nq)
-    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
-    chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
-    heap.addn_with_ids(chunk.shape[1], faiss.swig_ptr(chunk), faiss.swig_ptr(chunk_ids), 0, 0, nq)
-    heap.reorder()  # best first; slots never filled keep id -1
-    values[ids < 0] = -np.inf
-    return values, ids
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -211,10 +198,13 @@ def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
 
 def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> int:
     """Cosine depth fetched. HNSW explores its ``efSearch`` beam anyway, but candidates past the
-    trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and returning
-    and re-scoring the whole beam costs more than that saves: HNSW fetches a quarter of it
-    (27k real MiniLM embeddings, efSearch 512, alpha = 1, 300 single queries: 1.77x plain
-    latency fetching 512, 1.60x fetching 128, same recall). An IVF scan costs a little more
+    trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and FAISS's
+    result heap costs more the more it returns (100 queries, efSearch 512: +2.6% for 64
+    results over 10, +3.5% for 128): HNSW fetches the trusted eighth of the beam, or
+    ``k * k_factor`` if more (27k real MiniLM embeddings, efSearch 512, 300 single queries,
+    alpha = 1: 1.77x plain latency fetching 512, 1.60x fetching 128; 100 single queries,
+    alpha in -1.5 .. 1: fetching 100 instead of 128 0.5-2% faster, the same top-10 up to
+    tied scores). An IVF scan costs a little more
     at depth (k = 400: +9% over k = 10 on 27k real vectors, +20% on 60k generated ones), and a
     deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
     least 1/64 of the documents it probes (1M MiniLM-like vectors, nprobe 500 of 4000,
@@ -222,7 +212,7 @@ def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> 
     probing 13k, depth 400 stayed best; a later thread-CPU run probing 20k found depth 100,
     trusting rank 100, 2-5% faster at the same recall: within that run's noise, left as is)."""
     if "efSearch" in params:
-        return max(k * k_factor, params["efSearch"] // 4)
+        return max(k * k_factor, params["efSearch"] // 8)
     if "nprobe" in params:
         probed = n * params["nprobe"] // max(params.get("nlist", 1), 1)
         return max(4 * k * k_factor, probed // 64)
@@ -394,38 +384,97 @@ def adaptive_search(
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
     # Weight rank of each candidate: a candidate met again in the scan must not count twice.
     cand_rank = np.where(valid, order.rank[safe], n)
-    nq = unit_q.shape[0]
-    active = np.arange(nq)
+    heaps = _BatchHeaps(top_s, top_p, cand_rank)
+    active = np.arange(unit_q.shape[0])
     scanned = 0
     while True:
-        need = scan_needed(top_s[active, -1], c_last[active], neg_w, w_min)
+        need = scan_needed(heaps.kth(active), c_last[active], neg_w, w_min)
         done = (need <= scanned) | exhausted[active]
         active, need = active[~done], need[~done]
         if not active.size:
-            return top_s, top_p
+            return heaps.result()
         # One query jumps straight to what its bound needs after a first chunk; a batch grows
         # its chunks (x2) so that a few deep queries do not make every query scan deep.
         cap = band_start if scanned == 0 else (n if active.size == 1 else _GROWTH * scanned)
         stop = int(min(n, need.max(), max(cap, k, scanned + 1)))
-        q = unit_q if active.size == nq else unit_q[active]
-        vecs = order.vectors(stop)[scanned:stop]
-        # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product; more: the
-        # BLAS FAISS itself uses (topk.py).
-        cos_chunk = (
-            inner_products_small(q, vecs)
-            if q.shape[0] < SMALL_NQ
-            else inner_products(np.ascontiguousarray(q), vecs)
-        )
-        chunk = (cos_chunk * w_sorted[scanned:stop]).astype(np.float32, copy=False)
-        seen = (cand_rank[active] >= scanned) & (cand_rank[active] < stop)
-        rows, cols = np.nonzero(seen)
-        chunk[rows, cand_rank[active][rows, cols] - scanned] = -np.inf
-        top_s[active], top_p[active] = _merge(
-            top_s[active], top_p[active], chunk, order.order[scanned:stop], k
-        )
+        # A query whose bound falls inside the chunk scans only that far (rounded up to whole
+        # segments) and is done: its k-th score can only rise, its need only fall. Deepest
+        # first, so that each segment's queries are a prefix (one BLAS call per segment).
+        ends = np.minimum(stop, -(-need // _SEGMENT) * _SEGMENT)
+        by_depth = np.argsort(-ends, kind="stable")
+        active, ends = active[by_depth], ends[by_depth]
+        q = unit_q[active]
+        vecs = order.vectors(stop)
+        lo = scanned
+        for hi in np.unique(ends):
+            m = int(np.searchsorted(-ends, -hi, side="right"))  # queries scanning to hi or past
+            # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product; more:
+            # the BLAS FAISS itself uses (topk.py).
+            cos_block = (
+                inner_products_small(q[:m], vecs[lo:hi])
+                if m < SMALL_NQ
+                else inner_products(q[:m], vecs[lo:hi])
+            )
+            heaps.add(active[:m], cos_block, w_sorted[lo:hi], order.order[lo:hi], lo)
+            stats.rounds += 1
+            lo = int(hi)
+        active = active[ends == stop]
         scanned = stop
-        stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)
+
+
+class _BatchHeaps:
+    """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks,
+    filled by the compiled kernel (:func:`normrank.kernels.heap_add_scanned`: weight multiplied
+    in, candidates skipped) or, without numba, by a numpy multiply and FAISS's ``addn``."""
+
+    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand_rank: np.ndarray) -> None:
+        nq, k = top_s.shape
+        self.vals = np.empty((nq, k), dtype=np.float32)
+        self.ids = np.empty((nq, k), dtype=np.int64)
+        heap = self._heap(self.vals, self.ids)
+        heap.heapify()
+        top_s = np.ascontiguousarray(top_s, dtype=np.float32)
+        heap.addn_with_ids(k, faiss.swig_ptr(top_s), faiss.swig_ptr(np.ascontiguousarray(top_p)), k, 0, nq)
+        self.cand_rank = np.ascontiguousarray(cand_rank, dtype=np.int64)
+        self.fused = heap_kernel() == "numba"
+
+    @staticmethod
+    def _heap(vals: np.ndarray, ids: np.ndarray) -> faiss.float_minheap_array_t:
+        heap = faiss.float_minheap_array_t()  # a min-heap keeps the k largest
+        heap.nh, heap.k = vals.shape
+        heap.val, heap.ids = faiss.swig_ptr(vals), faiss.swig_ptr(ids)
+        return heap
+
+    def kth(self, rows: np.ndarray) -> np.ndarray:
+        """The k-th best score so far of each query in ``rows`` (``-inf`` while a heap has room)."""
+        top = self.vals[rows, 0]
+        return np.where(self.ids[rows, 0] < 0, -np.inf, top)
+
+    def add(self, rows: np.ndarray, cos: np.ndarray, w: np.ndarray, doc_pos: np.ndarray, j0: int) -> None:
+        """Add the scanned documents ``j0 ..`` in weight order (cosines ``cos``, one row per
+        query of ``rows``; weights ``w``, storage positions ``doc_pos``)."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        doc_pos = np.ascontiguousarray(doc_pos, dtype=np.int64)
+        if self.fused and heap_add_scanned(self.vals, self.ids, rows, cos, w, doc_pos, j0, self.cand_rank):
+            return
+        block = (cos * w).astype(np.float32, copy=False)
+        rank = self.cand_rank[rows]
+        seen = (rank >= j0) & (rank < j0 + block.shape[1])
+        r, c = np.nonzero(seen)
+        block[r, rank[r, c] - j0] = -np.inf
+        vals, ids = self.vals[rows], self.ids[rows]  # a contiguous copy of these heaps
+        self._heap(vals, ids).addn_with_ids(
+            block.shape[1], faiss.swig_ptr(block), faiss.swig_ptr(doc_pos), 0, 0, rows.size
+        )
+        self.vals[rows], self.ids[rows] = vals, ids
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, positions)`` best first; slots never filled are ``-inf`` / ``-1``."""
+        self._heap(self.vals, self.ids).reorder()
+        self.vals[self.ids < 0] = -np.inf
+        return self.vals, self.ids
 
 
 def _top_one(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 
 import faiss
@@ -365,9 +366,17 @@ class NormIndex(SearchKnobs):
 
     @classmethod
     def from_faiss(
-        cls, index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
+        cls,
+        index: faiss.Index,
+        *,
+        norms: ArrayLike | Mapping[int, float] | None = None,
+        alpha: float = 0.0,
+        k_factor: int = 10,
     ) -> NormIndex:
-        """Wrap an index that already holds vectors (see :func:`normrank.wrap.state_from_faiss`)."""
+        """Wrap an index that already holds vectors (see :func:`normrank.wrap.state_from_faiss`).
+
+        ``norms`` (for an index of unit vectors): one per vector in the order they were added,
+        or ``{id: norm}``; an IVF index, which does not keep that order, reads an array by id."""
         return cls.from_state(state_from_faiss(index, norms=norms, alpha=alpha, k_factor=k_factor))
 
     # -- persistence --------------------------------------------------------------------------

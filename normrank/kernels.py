@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["heap_add_weighted", "heap_kernel"]
+__all__ = ["heap_add_scanned", "heap_add_weighted", "heap_kernel"]
 
 # Scores tested against the heap top per vectorised step of the selection (measured on a
 # 100 x 2048 block: 16-32 compile to scalar code, 64-256 vectorise, ~20 us against ~80 us).
@@ -83,12 +83,47 @@ def _compile() -> dict[str, object]:
                     insert_span(vals, ids, scores, weights, j0, i, j, j + _CHUNK)
             insert_span(vals, ids, scores, weights, j0, i, full, m)
 
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def insert_scanned(
+        vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, start, stop
+    ):  # pragma: no cover
+        k = vals.shape[1]
+        for t in range(start, stop):
+            v = scores[r, t] * weights[t]
+            if vals[i, 0] < v:
+                # A document the index returned is in the heap already, scored from its own
+                # cosine: skip it here (rare: only scores that would enter the heap get here).
+                fresh = True
+                for c in range(cand_rank.shape[1]):
+                    if cand_rank[i, c] == j0 + t:
+                        fresh = False
+                        break
+                if fresh:
+                    replace_top(vals, ids, i, k, v, doc_pos[t])
+
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def heap_add_scanned_rows(vals, ids, rows, scores, weights, doc_pos, j0, cand_rank):  # pragma: no cover
+        m = scores.shape[1]
+        full = m - m % _CHUNK
+        for r in range(scores.shape[0]):
+            i = rows[r]
+            for j in range(0, full, _CHUNK):
+                top = vals[i, 0]
+                above = 0
+                for t in range(_CHUNK):
+                    above += np.int32(scores[r, j + t] * weights[j + t] > top)
+                if above:
+                    insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, j, j + _CHUNK)
+            insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, full, m)
+
     # Compile (or load from the cache) now, inside the caller's try: a numba that cannot build
-    # the kernel on this platform falls back instead of failing mid-search.
+    # the kernels on this platform falls back instead of failing mid-search.
     vals, ids = np.full((1, 2), -np.inf, dtype=np.float32), np.full((1, 2), -1, dtype=np.int64)
     one = np.ones(3, dtype=np.float32)
     heap_add_weighted_rows(vals, ids, one[None], one, np.int64(0), np.int64(0), np.int64(1))
-    return {"rows": heap_add_weighted_rows}
+    three = np.arange(3, dtype=np.int64)
+    heap_add_scanned_rows(vals, ids, three[:1], one[None], one, three, np.int64(0), three[None])
+    return {"rows": heap_add_weighted_rows, "scanned": heap_add_scanned_rows}
 
 
 def _kernels() -> dict[str, object] | None:
@@ -123,4 +158,26 @@ def heap_add_weighted(
     # Python threads) fights them while they spin after the product (measured 2.5-8x slower on
     # 2 cores); the selection is ~5% of the work, the product keeps FAISS's threads.
     kernels["rows"](vals, ids, scores, weights, np.int64(j0), np.int64(0), np.int64(vals.shape[0]))
+    return True
+
+
+def heap_add_scanned(
+    vals: np.ndarray,
+    ids: np.ndarray,
+    rows: np.ndarray,
+    scores: np.ndarray,
+    weights: np.ndarray,
+    doc_pos: np.ndarray,
+    j0: int,
+    cand_rank: np.ndarray,
+) -> bool:
+    """The ANN batch scan's selection (:func:`normrank.ann.adaptive_search`): add
+    ``scores[r, t] * weights[t]`` with id ``doc_pos[t]`` to min-heap ``rows[r]``, as FAISS's
+    ``addn_with_ids`` would, except for the documents already in that heap from the index: those
+    whose weight rank ``j0 + t`` is in ``cand_rank[rows[r]]``. Returns False, doing nothing,
+    where numba is not available."""
+    kernels = _kernels()
+    if kernels is None:
+        return False
+    kernels["scanned"](vals, ids, rows, scores, weights, doc_pos, np.int64(j0), cand_rank)
     return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import warnings
+from collections.abc import Mapping
 
 import faiss
 import numpy as np
@@ -49,7 +50,11 @@ def new_faiss_index(dim: int | faiss.Index, factory: str | None) -> tuple[faiss.
 
 
 def state_from_faiss(
-    index: faiss.Index, *, norms: ArrayLike | None = None, alpha: float = 0.0, k_factor: int = 10
+    index: faiss.Index,
+    *,
+    norms: ArrayLike | Mapping[int, float] | None = None,
+    alpha: float = 0.0,
+    k_factor: int = 10,
 ) -> IndexState:
     """The state of a NormIndex over the vectors in ``index`` (``NormIndex.from_faiss``).
 
@@ -62,9 +67,15 @@ def state_from_faiss(
     cosine: it is rebuilt over the unit vectors with the same M, efConstruction and efSearch
     (a warning says so; progress shows on a terminal).
 
-    With ``norms`` (one per stored vector, in the index's id order), ``index`` must already
-    hold unit vectors under inner product (a cosine index, PQ or HNSW included); it is wrapped
-    as is.
+    With ``norms``, ``index`` must already hold unit vectors under inner product (a cosine
+    index, PQ or HNSW included); it is wrapped as is, except that an IVF gets FAISS's hash-table
+    direct map (vectors read back by id, for the weight-order scan) and an IndexIDMap's index
+    is wrapped by an IndexIDMap2 with the same ids (IndexIDMap cannot read vectors back). ``norms`` is one value per stored vector
+    in the order the vectors were added (``np.linalg.norm(x, axis=1)`` of the ``x`` given to
+    ``add`` / ``add_with_ids``), or a mapping ``{id: norm}`` covering every stored id. An IVF
+    index keeps its vectors in list order and not the order they were added, so there an
+    array is read by id (``norms[i]`` for id ``i``: FAISS's own ids ``0 .. ntotal - 1`` are
+    the order of ``add``), and an IVF with other ids needs the mapping.
     """
     ids = stored_ids(index)
     if ids is None:
@@ -88,26 +99,67 @@ def state_from_faiss(
     )  # fmt: skip
 
 
-def _wrap_unit(
-    index: faiss.Index, ids: np.ndarray, norms: ArrayLike, alpha: float, k_factor: int
-) -> IndexState:
+def _norms_in_storage_order(index: faiss.Index, ids: np.ndarray, norms) -> np.ndarray:
+    """``norms`` (see :func:`state_from_faiss`) as float64, one per stored vector in storage
+    order (the order of ``ids``)."""
+    if isinstance(norms, Mapping):
+        missing = [int(i) for i in ids if int(i) not in norms]
+        if missing or len(norms) != ids.size:
+            raise InvalidInputError(
+                f"norms as a mapping must give one norm per stored id ({ids.size}); "
+                + (f"missing ids {missing[:5]}" if missing else f"it has {len(norms)} entries")
+            )
+        values = [norms[int(i)] for i in ids]
+    else:
+        values = norms
+    try:
+        n = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"norms must be numbers: {e}") from e
+    if isinstance(norms, Mapping):
+        return n
+    if n.shape != (index.ntotal,):
+        raise InvalidInputError(
+            f"norms must be {index.ntotal} values, one per stored vector, got shape {n.shape}"
+        )
+    if is_idmap(index) or ivf_of(index) is None:
+        return n  # stored in the order added: the id map's order, or ids 0 .. ntotal - 1
+    # IVF lists hold the vectors out of the order they were added: read the array by id.
+    if not np.array_equal(np.sort(ids), np.arange(ids.size)):
+        raise UnsupportedIndexError(
+            "this IVF index keeps custom ids in list order, not the order its vectors were "
+            "added, so an array of norms cannot be matched to them: pass norms={id: norm, ...}"
+        )
+    return n[ids]
+
+
+def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_factor: int) -> IndexState:
     """``index`` holds unit vectors under inner product: wrap it as is, with the given norms."""
-    n = np.asarray(norms, dtype=np.float64)
-    if n.shape != (index.ntotal,) or not (np.isfinite(n).all() and (n > 0).all()):
-        raise InvalidInputError(f"norms must be {index.ntotal} finite values > 0, got shape {n.shape}")
+    n = _norms_in_storage_order(index, ids, norms)
+    if not (np.isfinite(n).all() and (n > 0).all()):
+        raise InvalidInputError(
+            f"norms must be finite values > 0 (got {int((~(np.isfinite(n) & (n > 0))).sum())} others)"
+        )
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
     if is_gpu(index):
         index = faiss.index_gpu_to_cpu(index)
-    wrapped = index if is_idmap(index) or ivf_of(index) is not None else None
-    if wrapped is None:
-        if not np.array_equal(ids, np.arange(index.ntotal)):
+    # The weight-order scan reads vectors back by id (reconstruct_batch): an IVF needs a direct
+    # map for that, and an IndexIDMap (unlike IDMap2) cannot reconstruct at all.
+    ivf = ivf_of(index)
+    if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # as NormIndex's own IVF indexes
+    if isinstance(index, faiss.IndexIDMap2) or (ivf is not None and not is_idmap(index)):
+        wrapped = index
+    else:
+        inner = inner_index(index) if is_idmap(index) else index
+        if not is_idmap(index) and not np.array_equal(ids, np.arange(index.ntotal)):
             raise UnsupportedIndexError("cannot wrap this index type with custom ids")
         # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
         wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
-        wrapped.index = index
+        wrapped.index = inner
         wrapped.own_fields = False
-        wrapped.referenced_objects = [index]  # keeps the Python object (and its C++ index) alive
+        wrapped.referenced_objects = [index, inner]  # keeps the Python objects (and C++ indexes) alive
         wrapped.ntotal = index.ntotal
         wrapped.is_trained = index.is_trained
         faiss.copy_array_to_vector(ids, wrapped.id_map)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from normrank import NormIndex
+from normrank import ann as ann_module
 from normrank.ann import AnnStats, IdLookup, adaptive_search, scan_needed, unseen_bound
 from normrank.errors import InvalidParameterError
 
@@ -71,10 +72,14 @@ def test_adaptive_recall(indexes, data, factory, alpha):
     assert recall(ids, brute(x, q, alpha)) >= 0.99
 
 
+@pytest.mark.parametrize("segment", [16, 512])
 @pytest.mark.parametrize("alpha", [-1.5, -0.75, 0.5, 1.0, 2.0])
-def test_bound_is_exact_when_the_index_is(data, alpha):
+def test_bound_is_exact_when_the_index_is(data, alpha, segment, monkeypatch):
     """IVF probing every list returns the true cosine ranking, so the stopping bound is a proof:
-    the result must equal brute force exactly, however deep the winners sit by cosine."""
+    the result must equal brute force exactly, however deep the winners sit by cosine. In a
+    batch each query stops at the end of the segment its bound needs (``ann._SEGMENT`` rows:
+    16 makes most queries stop mid-chunk, each in its own BLAS call)."""
+    monkeypatch.setattr(ann_module, "_SEGMENT", segment)
     x, q = data
     ref = brute(x, q, alpha)
     # max_depth = K: a shallow cosine cut, so the weight-order scan does most of the work.

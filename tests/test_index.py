@@ -16,6 +16,7 @@ from normrank.errors import (
     DimensionMismatchError,
     DuplicateIdError,
     IndexStateError,
+    InvalidInputError,
     NonFiniteError,
     NormrankError,
     UnknownIdError,
@@ -239,6 +240,76 @@ def test_from_faiss_refuses_what_it_cannot_recover(rng):
     s, i = wrapped.search(x[:5], 10, alpha=-0.5)
     ref, ids = brute_force(x, x[:5], -0.5)
     assert_same_topk(ref, ids, s, i, 10, tol=1e-4)
+
+
+KINDS_WITH_NORMS = ["ivf", "ivf-custom-ids", "idmap2-custom-ids", "hnsw", "idmap-hnsw-custom-ids",
+                    "idmap-ivf-custom-ids", "idmap2-ivf-custom-ids"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS_WITH_NORMS)
+def test_from_faiss_with_norms_matches_them_to_the_right_vectors(kind, rng, tmp_path):
+    """A cosine index wrapped with ``norms=``: the norms of ``x`` in the order ``x`` was added.
+    IVF lists store the vectors out of that order (by list), so an array read by storage
+    position would weight the wrong documents: every search would look plausible and be wrong.
+    Every kind must also search at alpha != 0 (the scan reads vectors back by id: an IVF needs
+    a direct map, an IndexIDMap cannot) and survive a save and load."""
+    x = clustered(3000, 16, rng)
+    unit = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    norms = np.linalg.norm(x, axis=1)
+    ids = np.arange(3000, dtype=np.int64)
+    if "ivf" in kind:
+        src = faiss.IndexIVFFlat(faiss.IndexFlatIP(16), 16, 8, faiss.METRIC_INNER_PRODUCT)
+        src.train(unit)
+        src.nprobe = 8  # every list: the index's cosine ranking is exact
+    elif "hnsw" in kind:
+        src = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
+        src.hnsw.efSearch = 400
+    else:
+        src = faiss.IndexFlatIP(16)
+    if kind.startswith("idmap"):
+        src = (faiss.IndexIDMap2 if kind.startswith("idmap2") else faiss.IndexIDMap)(src)
+    if kind.endswith("custom-ids"):
+        ids = rng.permutation(10**6)[:3000].astype(np.int64)
+        src.add_with_ids(unit, ids)
+    else:
+        src.add(unit)
+    if kind == "ivf-custom-ids":  # list order is not the order added: an array cannot be matched
+        with pytest.raises(UnsupportedIndexError, match="norms=\\{id: norm"):
+            NormIndex.from_faiss(src, norms=norms)
+        wrapped = NormIndex.from_faiss(src, norms=dict(zip(ids.tolist(), norms.tolist(), strict=True)))
+    else:
+        wrapped = NormIndex.from_faiss(src, norms=norms)
+    np.testing.assert_allclose(wrapped.norm_of(ids[:100]), norms[:100], rtol=1e-6)
+    q = rng.normal(size=(20, 16))
+    for alpha in (-1.0, 1.0):
+        ref, ref_ids = brute_force(x, q, alpha, ids)
+        s, i = wrapped.search(q, 10, alpha=alpha)
+        one = np.vstack([wrapped.search(q[j], 10, alpha=alpha)[1] for j in range(3)])
+        if "hnsw" in kind:  # approximate: recall, not equality
+            want = np.take(ref_ids, np.argsort(-ref, axis=1)[:, :10])
+            assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(i, want, strict=True)]) >= 0.95
+        else:
+            assert_same_topk(ref, ref_ids, s, i, 10, tol=1e-4)
+        np.testing.assert_array_equal(one, i[:3])
+    wrapped.save(tmp_path / "wrapped")
+    np.testing.assert_array_equal(NormIndex.load(tmp_path / "wrapped").search(q, 10, alpha=1.0)[1], i)
+
+
+def test_from_faiss_norms_mapping_must_cover_every_id(rng):
+    x = clustered(200, 8, rng)
+    src = faiss.IndexFlatIP(8)
+    src.add((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32))
+    norms = {i: float(v) for i, v in enumerate(np.linalg.norm(x, axis=1))}
+    with pytest.raises(InvalidInputError, match="missing ids \\[7\\]"):
+        NormIndex.from_faiss(src, norms={i: v for i, v in norms.items() if i != 7})
+    with pytest.raises(InvalidInputError, match="201 entries"):
+        NormIndex.from_faiss(src, norms={**norms, 999: 1.0})
+    with pytest.raises(InvalidInputError, match="numbers"):
+        NormIndex.from_faiss(src, norms={**norms, 3: "long"})
+    with pytest.raises(InvalidInputError, match="200 values"):
+        NormIndex.from_faiss(src, norms=list(norms.values())[:-1])
+    wrapped = NormIndex.from_faiss(src, norms=norms)
+    np.testing.assert_allclose(wrapped.norms, list(norms.values()), rtol=1e-6)
 
 
 def test_wrap_empty_user_index_and_ivf_needs_training(rng):

@@ -93,3 +93,60 @@ def test_flat_search_same_without_numba(without_numba, nq):
     np.testing.assert_array_equal(p, p_fallback)
     np.testing.assert_allclose(s, s_fallback, rtol=1e-6)
     assert_same_topk(ref, np.arange(3000), s, p, 10)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_scan_heap_equals_faiss_addn_with_the_candidates_masked(seed):
+    """The ANN batch scan's kernel: FAISS's ``addn_with_ids`` of the multiplied scores, with the
+    documents already in a heap (their weight ranks in ``cand_rank``) set to -inf, on heaps
+    picked by ``rows``; coarse scores so that ties meet the sift-down everywhere."""
+    rng = np.random.default_rng(seed)
+    for _ in range(30):
+        nq, m, k = int(rng.integers(2, 8)), int(rng.integers(1, 300)), int(rng.integers(1, 30))
+        j0 = int(rng.integers(0, 50))
+        rows = rng.permutation(nq)[: int(rng.integers(1, nq + 1))].astype(np.int64)
+        scores = (rng.integers(-3, 4, (rows.size, m)) / 4).astype(np.float32)
+        weights = rng.choice(np.array([0.5, 1.0, 2.0], dtype=np.float32), m)
+        doc_pos = rng.permutation(10 * m + 100)[:m].astype(np.int64)  # storage positions
+        cand_rank = rng.integers(j0, j0 + m + 5, (nq, int(rng.integers(1, 20)))).astype(np.int64)
+        ref, ref_vals, ref_ids = _heap(nq, k)
+        nj = int(rng.integers(0, k + 1))  # heaps part-filled (or full) before the scan
+        first = (rng.integers(-3, 4, (nq, nj)) / 4).astype(np.float32)
+        ref.addn(nj, faiss.swig_ptr(first), 10**6, 0, nq)
+        vals, ids = ref_vals.copy(), ref_ids.copy()
+        assert kernels.heap_add_scanned(vals, ids, rows, scores, weights, doc_pos, j0, cand_rank)
+        for r, i in enumerate(rows):
+            block = (scores[r] * weights)[None].copy()
+            block[0, np.isin(np.arange(j0, j0 + m), cand_rank[i])] = -np.inf
+            one, one_vals, one_ids = _heap(1, k)
+            one_vals[:], one_ids[:] = ref_vals[i], ref_ids[i]
+            one.addn_with_ids(m, faiss.swig_ptr(block), faiss.swig_ptr(doc_pos), 0, 0, 1)
+            ref_vals[i], ref_ids[i] = one_vals[0], one_ids[0]
+        np.testing.assert_array_equal(vals, ref_vals)  # heaps not in rows stay as they were
+        np.testing.assert_array_equal(ids, ref_ids)
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_ann_batch_same_without_numba(without_numba, alpha):
+    """The ANN batch scan without numba (numpy multiply, -inf masks, FAISS's addn) returns what
+    the kernel does, and both equal brute force on an index that returns the true cosine order."""
+    from normrank import NormIndex
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4000, 24)) * rng.lognormal(0, 0.4, (4000, 1))).astype(np.float32)
+    q = rng.standard_normal((40, 24)).astype(np.float32)
+    idx = NormIndex(24, factory="IVF8,Flat", max_depth=10, n_tail=64)  # the scan does the work
+    idx.train(x)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 8
+    idx.add(x)
+    norms = np.linalg.norm(x.astype(np.float64), axis=1)
+    ref = ((q / np.linalg.norm(q, axis=1, keepdims=True)) @ (x / norms[:, None]).T) * norms**alpha
+    assert kernels.heap_kernel() == "faiss"
+    s_fallback, p_fallback = idx.search(q, 10, alpha=alpha)
+    assert_same_topk(ref, np.arange(4000), s_fallback, p_fallback, 10)
+    kernels._KERNELS, kernels._FAILED = None, None
+    sys.modules["numba"] = NUMBA
+    assert kernels.heap_kernel() == "numba"
+    s, p = idx.search(q, 10, alpha=alpha)  # the kernel is chosen per search
+    np.testing.assert_array_equal(p, p_fallback)
+    np.testing.assert_array_equal(s, s_fallback)
