@@ -51,7 +51,7 @@ import numpy as np
 
 from normrank import quantized_scan
 from normrank.faiss_info import ann_params
-from normrank.kernels import heap_add_scanned, heap_kernel
+from normrank.kernels import heap_add_scanned
 from normrank.quantized_scan import QuantizedRows
 from normrank.settings import WEIGHT_CACHE_ENTRIES
 from normrank.topk import SMALL_NQ, inner_products, inner_products_small
@@ -437,7 +437,6 @@ class _BatchHeaps:
         top_s = np.ascontiguousarray(top_s, dtype=np.float32)
         heap.addn_with_ids(k, faiss.swig_ptr(top_s), faiss.swig_ptr(np.ascontiguousarray(top_p)), k, 0, nq)
         self.cand_rank = np.ascontiguousarray(cand_rank, dtype=np.int64)
-        self.fused = heap_kernel() == "numba"
 
     @staticmethod
     def _heap(vals: np.ndarray, ids: np.ndarray) -> faiss.float_minheap_array_t:
@@ -457,8 +456,8 @@ class _BatchHeaps:
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         w = np.ascontiguousarray(w, dtype=np.float32)
         doc_pos = np.ascontiguousarray(doc_pos, dtype=np.int64)
-        if self.fused and heap_add_scanned(self.vals, self.ids, rows, cos, w, doc_pos, j0, self.cand_rank):
-            return
+        if heap_add_scanned(self.vals, self.ids, rows, cos, w, doc_pos, j0, self.cand_rank):
+            return  # numba present: done; else the numpy + FAISS path below
         block = (cos * w).astype(np.float32, copy=False)
         rank = self.cand_rank[rows]
         seen = (rank >= j0) & (rank < j0 + block.shape[1])

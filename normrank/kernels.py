@@ -25,11 +25,15 @@ __all__ = ["heap_add_scanned", "heap_add_weighted", "heap_kernel"]
 # 100 x 2048 block: 16-32 compile to scalar code, 64-256 vectorise, ~20 us against ~80 us).
 _CHUNK = 64
 
-_KERNELS: dict[str, object] | None = None
-_FAILED: str | None = None
+# Each kernel is loaded (or compiled) on its first use only: a fresh process that runs flat
+# searches does not pay for the ANN batch kernel, and the other way round (~0.3-0.5 s each).
+_DEFINED: dict[str, object] | None = None
+_KERNELS: dict[str, object] = {}
+_FAILED: dict[str, str] = {}
 
 
-def _compile() -> dict[str, object]:
+def _define() -> dict[str, object]:
+    """The kernels as numba dispatchers (cheap: nothing is compiled or loaded until a call)."""
     import numba
 
     # cache=True keeps the machine code next to this module (or in numba's user cache where
@@ -116,32 +120,54 @@ def _compile() -> dict[str, object]:
                     insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, j, j + _CHUNK)
             insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, full, m)
 
-    # Compile (or load from the cache) now, inside the caller's try: a numba that cannot build
-    # the kernels on this platform falls back instead of failing mid-search.
-    vals, ids = np.full((1, 2), -np.inf, dtype=np.float32), np.full((1, 2), -1, dtype=np.int64)
-    one = np.ones(3, dtype=np.float32)
-    heap_add_weighted_rows(vals, ids, one[None], one, np.int64(0), np.int64(0), np.int64(1))
-    three = np.arange(3, dtype=np.int64)
-    heap_add_scanned_rows(vals, ids, three[:1], one[None], one, three, np.int64(0), three[None])
     return {"rows": heap_add_weighted_rows, "scanned": heap_add_scanned_rows}
 
 
-def _kernels() -> dict[str, object] | None:
-    global _KERNELS, _FAILED
-    if _KERNELS is None and _FAILED is None:
+def _warm_up(name: str, kernel) -> None:
+    """One call on tiny arrays: compiles the kernel, or loads it from numba's cache."""
+    vals, ids = np.full((1, 2), -np.inf, dtype=np.float32), np.full((1, 2), -1, dtype=np.int64)
+    one = np.ones(3, dtype=np.float32)
+    three = np.arange(3, dtype=np.int64)
+    if name == "rows":
+        kernel(vals, ids, one[None], one, np.int64(0), np.int64(0), np.int64(1))
+    else:
+        kernel(vals, ids, three[:1], one[None], one, three, np.int64(0), three[None])
+
+
+def _kernel(name: str):
+    """Kernel ``name``, loaded on first use; None where numba cannot be imported or cannot build
+    it on this platform (then the callers' numpy / FAISS path runs, with the same results)."""
+    global _DEFINED
+    kernel = _KERNELS.get(name)
+    if kernel is None and name not in _FAILED:
         try:
             with warnings.catch_warnings():  # numba's cache warnings on a read-only site-packages
                 warnings.simplefilter("ignore")
-                _KERNELS = _compile()
+                if _DEFINED is None:
+                    _DEFINED = _define()
+                kernel = _DEFINED[name]
+                # Inside this try: a numba that cannot build the kernel falls back here, not
+                # mid-search.
+                _warm_up(name, kernel)
+            _KERNELS[name] = kernel
         except Exception as exc:  # ImportError, or numba failing on this platform
-            _FAILED = f"{type(exc).__name__}: {exc}"
-    return _KERNELS
+            _FAILED[name] = f"{type(exc).__name__}: {exc}"
+            kernel = None
+    return kernel
+
+
+def _reset() -> None:
+    """Forget what was loaded or failed (tests: as a fresh process would start)."""
+    global _DEFINED
+    _DEFINED = None
+    _KERNELS.clear()
+    _FAILED.clear()
 
 
 def heap_kernel() -> str:
     """Which selection the flat search runs: ``"numba"`` (the fused kernel) or ``"faiss"``
     (numpy multiply + FAISS's ``addn``, where numba is not available)."""
-    return "numba" if _kernels() is not None else "faiss"
+    return "numba" if _kernel("rows") is not None else "faiss"
 
 
 def heap_add_weighted(
@@ -151,13 +177,13 @@ def heap_add_weighted(
     ``(nq, k)``, in FAISS's heap layout, e.g. after ``float_minheap_array_t.heapify``), exactly as
     FAISS's ``addn`` would add the multiplied block. Returns False, doing nothing, where numba is
     not available (the caller then multiplies and calls ``addn``)."""
-    kernels = _kernels()
-    if kernels is None:
+    kernel = _kernel("rows")
+    if kernel is None:
         return False
     # One thread: FAISS's heap runs on its OpenMP threads, and a second pool (numba's, or
     # Python threads) fights them while they spin after the product (measured 2.5-8x slower on
     # 2 cores); the selection is ~5% of the work, the product keeps FAISS's threads.
-    kernels["rows"](vals, ids, scores, weights, np.int64(j0), np.int64(0), np.int64(vals.shape[0]))
+    kernel(vals, ids, scores, weights, np.int64(j0), np.int64(0), np.int64(vals.shape[0]))
     return True
 
 
@@ -176,8 +202,8 @@ def heap_add_scanned(
     ``addn_with_ids`` would, except for the documents already in that heap from the index: those
     whose weight rank ``j0 + t`` is in ``cand_rank[rows[r]]``. Returns False, doing nothing,
     where numba is not available."""
-    kernels = _kernels()
-    if kernels is None:
+    kernel = _kernel("scanned")
+    if kernel is None:
         return False
-    kernels["scanned"](vals, ids, rows, scores, weights, doc_pos, np.int64(j0), cand_rank)
+    kernel(vals, ids, rows, scores, weights, doc_pos, np.int64(j0), cand_rank)
     return True

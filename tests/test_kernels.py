@@ -32,10 +32,10 @@ def _heap(nq: int, k: int):
 def without_numba(monkeypatch):
     """normrank.kernels as on a machine where numba cannot be imported."""
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
-    monkeypatch.setattr(kernels, "_KERNELS", None)
-    monkeypatch.setattr(kernels, "_FAILED", None)
+    kernels._reset()
     yield
     monkeypatch.undo()
+    kernels._reset()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -86,7 +86,7 @@ def test_flat_search_same_without_numba(without_numba, nq):
     s_fallback, p_fallback = weighted_flat_search(u, w, qu, 10)
     ref = (qu.astype(np.float64) @ u.astype(np.float64).T) * w
     assert_same_topk(ref, np.arange(3000), s_fallback, p_fallback, 10)
-    kernels._KERNELS, kernels._FAILED = None, None
+    kernels._reset()
     sys.modules["numba"] = NUMBA  # numba importable again
     assert kernels.heap_kernel() == "numba"
     s, p = weighted_flat_search(u, w, qu, 10)
@@ -144,9 +144,24 @@ def test_ann_batch_same_without_numba(without_numba, alpha):
     assert kernels.heap_kernel() == "faiss"
     s_fallback, p_fallback = idx.search(q, 10, alpha=alpha)
     assert_same_topk(ref, np.arange(4000), s_fallback, p_fallback, 10)
-    kernels._KERNELS, kernels._FAILED = None, None
+    kernels._reset()
     sys.modules["numba"] = NUMBA
     assert kernels.heap_kernel() == "numba"
     s, p = idx.search(q, 10, alpha=alpha)  # the kernel is chosen per search
     np.testing.assert_array_equal(p, p_fallback)
     np.testing.assert_array_equal(s, s_fallback)
+
+
+def test_each_kernel_loads_on_its_own_first_use():
+    """A process that only runs flat searches never loads the ANN batch kernel (each costs
+    ~0.3-0.5 s to load from numba's cache in a fresh process), and the other way round."""
+    kernels._reset()
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal((500, 16)).astype(np.float32)
+    weighted_flat_search(u, np.ones(500, np.float32), u[:20], 5)
+    assert set(kernels._KERNELS) == {"rows"}
+    vals, ids = _heap(1, 2)[1:]
+    three = np.arange(3, dtype=np.int64)
+    one = np.ones(3, dtype=np.float32)
+    assert kernels.heap_add_scanned(vals, ids, three[:1], one[None], one, three, 0, three[None])
+    assert set(kernels._KERNELS) == {"rows", "scanned"}
