@@ -197,3 +197,18 @@ def test_lengths_are_the_tokenizers_counts_and_words_without_tokenizers(tmp_path
     )
     got, unit = document_lengths("all-MiniLM-L6-v2", texts)
     assert unit == "words" and got.tolist() == [3, 700, 1]
+
+
+def test_a_cosine_only_grid_runs_with_its_controls(tmp_path) -> None:
+    """``--alphas 0`` (the anchor check's grid): nothing to choose, so the norm's CV gain is 0
+    and every shuffle's too (the permutation null has no α ≠ 0 to rank; it raised before)."""
+    from normrank.sweep.report import write_all
+
+    ds, q, d, _ = length_dataset()
+    run = sweep_embeddings(ds, "toy", q, d, alphas=[0.0], metrics=["ndcg@10"], permutations=4)
+    assert run.cv_gain_pct == 0.0
+    assert run.controls["permutation"]["null_cv_gain_pct"] == [0.0] * 4
+    cosine = sweep_embeddings(ds, "toy", q, d, alphas=[-1.0, 0.0], metrics=["ndcg@10"], controls=False)
+    assert run.mean("ndcg@10")[run.i0] == cosine.mean("ndcg@10")[cosine.i0]
+    write_all([run], tmp_path)
+    assert (tmp_path / "sweep.md").stat().st_size > 0

@@ -286,6 +286,11 @@ class RelevantRanks:
         """
         norms = np.asarray(norms, dtype=np.float64)
         a = np.asarray(alphas, dtype=np.float64)
+        if a.size == 0:  # a grid of cosine alone (``--alphas 0``): nothing to rank
+            res = np.empty((perm.shape[0], 0, self.nq))
+            if out is None:
+                return res
+            return out
         weights = [np.power(norms, x).astype(np.float32) for x in a]
         b_all, (p, c), na = perm.shape[0], self.c_pos.shape, a.size  # p: the few-judgement pairs
         if self.pq.size == 0 or na < 2 or any(not np.all(np.isfinite(w) & (w > 0)) for w in weights):
