@@ -20,6 +20,8 @@ from normrank.validation import as_ids, split_norms
 __all__ = ["new_faiss_index", "state_from_faiss"]
 
 _UNIT_TOLERANCE = 1e-4
+# Unit vectors normalised in float32 (faiss.normalize_L2, numpy) are within ~1e-6 of length 1.
+_NORMS_GIVEN_TOLERANCE = 1e-3
 
 
 def new_faiss_index(dim: int | faiss.Index, factory: str | None) -> tuple[faiss.Index, str | None]:
@@ -164,10 +166,35 @@ def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_facto
         wrapped.is_trained = index.is_trained
         faiss.copy_array_to_vector(ids, wrapped.id_map)
         wrapped.construct_rev_map()
+    _check_unit(wrapped, ids)
     return IndexState(
         wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
         alpha=alpha, k_factor=k_factor,
     )  # fmt: skip
+
+
+def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> None:
+    """With ``norms=``, the stored vectors must be unit: raw vectors under inner product would be
+    scored ``d . q * w``, every result plausible and wrong. Checked on up to ``sample`` stored
+    vectors where FAISS keeps them exactly (flat storage, IVF-Flat lists, an HNSW's flat
+    storage); compressed codes decode to approximations and are not checked."""
+    inner = inner_index(wrapped)
+    storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner
+    ivf = ivf_of(inner)
+    exact = isinstance(storage, faiss.IndexFlat) or (
+        ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFlat)
+    )
+    if not exact or not ids.size:
+        return
+    picked = ids[np.linspace(0, ids.size - 1, min(ids.size, sample)).astype(np.int64)]
+    lengths = np.linalg.norm(wrapped.reconstruct_batch(picked).astype(np.float64), axis=1)
+    worst = float(np.max(np.abs(lengths - 1.0)))
+    if worst > _NORMS_GIVEN_TOLERANCE:
+        raise InvalidInputError(
+            "with norms=, the index must hold unit vectors, but its stored vectors have lengths "
+            f"{lengths.min():.4g}..{lengths.max():.4g}: normalise before adding (faiss.normalize_L2), "
+            "or wrap an index of raw vectors without norms= (their norms are read from it)"
+        )
 
 
 def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:

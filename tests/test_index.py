@@ -295,6 +295,28 @@ def test_from_faiss_with_norms_matches_them_to_the_right_vectors(kind, rng, tmp_
     np.testing.assert_array_equal(NormIndex.load(tmp_path / "wrapped").search(q, 10, alpha=1.0)[1], i)
 
 
+@pytest.mark.parametrize("kind", ["flat", "idmap2", "ivf", "hnsw"])
+def test_from_faiss_with_norms_refuses_raw_vectors(kind, rng):
+    """norms= says the index holds unit vectors; one holding raw vectors would be scored
+    raw inner product x weight, every result plausible and wrong: refused, saying what to do."""
+    x = clustered(500, 16, rng)
+    if kind == "ivf":
+        src = faiss.IndexIVFFlat(faiss.IndexFlatIP(16), 16, 4, faiss.METRIC_INNER_PRODUCT)
+        src.train(x)
+    elif kind == "hnsw":
+        src = faiss.IndexHNSWFlat(16, 8, faiss.METRIC_INNER_PRODUCT)
+    else:
+        src = faiss.IndexFlatIP(16) if kind == "flat" else faiss.IndexIDMap2(faiss.IndexFlatIP(16))
+    if kind == "idmap2":
+        src.add_with_ids(x, np.arange(500) * 7)
+    else:
+        src.add(x)
+    with pytest.raises(InvalidInputError, match=r"must hold unit vectors.*normalize_L2"):
+        NormIndex.from_faiss(src, norms=np.linalg.norm(x, axis=1))
+    wrapped = NormIndex.from_faiss(src)  # without norms=, the raw vectors' norms are read
+    np.testing.assert_allclose(np.sort(wrapped.norms), np.sort(np.linalg.norm(x, axis=1)), rtol=1e-5)
+
+
 def test_from_faiss_norms_mapping_must_cover_every_id(rng):
     x = clustered(200, 8, rng)
     src = faiss.IndexFlatIP(8)
