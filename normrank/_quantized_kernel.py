@@ -38,35 +38,79 @@ def _prefetch(typingctx, array, offset):
 
 # reassoc / contract let LLVM vectorise the float32 reduction (quantized_scan's gamma_d margin
 # covers any summation order); no nnan / ninf: the k-th score may be -inf, weights inf.
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _dot_int8(q, codes, j):  # pragma: no cover - compiled
+    acc = np.float32(0.0)
+    for i in range(q.size):
+        acc += q[i] * np.float32(codes[j, i])
+    return acc
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _query_norm_up(q):  # pragma: no cover - compiled
+    """||q|| rounded up: float64 rounding of d squares summed (relative (d + 2) * 2**-53 at
+    most), then the root."""
+    d = q.size
+    total = 0.0
+    for i in range(d):
+        total += np.float64(q[i]) * np.float64(q[i])
+    return np.sqrt(total * (1.0 + (d + 2) * 2.0**-52))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_bound(q, q_norm, codes, scale, bound, j, wj):  # pragma: no cover - compiled
+    """Upper bound of row ``j``'s fp32 score ``fl(fl(q . x_j) * wj)`` from its int8 copy
+    (quantized_scan's module docstring); NaN where ``wj`` is inf and the bound 0."""
+    u = np.float64(_dot_int8(q, codes, j)) * np.float64(scale[j]) + q_norm * np.float64(bound[j])
+    return u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_ahead(codes, ahead, stop):  # pragma: no cover - compiled
+    """Hint row ``ahead`` (if before ``stop``) into cache; the next row to hint."""
+    if ahead >= stop:
+        return ahead
+    d = codes.shape[1]
+    for c in range(0, d, 64):
+        _prefetch(codes, ahead * d + c)
+    return ahead + 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert_sorted(s, p, at, x, pid):  # pragma: no cover - compiled
+    """Put score ``x`` (id ``pid``) into the descending ``s`` / ``p`` at slot ``at`` or above,
+    after every score >= x (ties keep their order); the entry at ``at`` drops out."""
+    while at > 0 and s[at - 1] < x:
+        s[at] = s[at - 1]
+        p[at] = p[at - 1]
+        at -= 1
+    s[at] = x
+    p[at] = pid
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _skip_to(skip, at, j):  # pragma: no cover - compiled
+    """Advance ``at`` in the sorted ``skip`` to row ``j``: ``(at, whether j is in skip)``."""
+    while at < skip.size and skip[at] < j:
+        at += 1
+    return at, at < skip.size and skip[at] == j
+
+
+@numba.njit(cache=True, nogil=True)
 def scan(q, codes, scale, bound, w, lo, hi, kth, skip, out):  # pragma: no cover - compiled
     """Writes to ``out`` the rows ``j`` in ``[lo, hi)``, not in ``skip`` (sorted), whose upper
     bound of the fp32 score (quantized_scan's module docstring) exceeds ``kth``, ascending;
     returns how many."""
-    d = q.size
-    q_norm = 0.0
-    for i in range(d):
-        q_norm += np.float64(q[i]) * np.float64(q[i])
-    # float64 rounding of d squares summed (relative (d + 2) * 2**-53 at most), then the root.
-    q_norm = np.sqrt(q_norm * (1.0 + (d + 2) * 2.0**-52))
+    q_norm = _query_norm_up(q)
     count = 0
     s = np.searchsorted(skip, lo)
     ahead = min(hi, lo + _AHEAD)
     for j in range(lo, hi):
-        if ahead < hi:
-            for c in range(0, d, 64):
-                _prefetch(codes, ahead * d + c)
-            ahead += 1
-        while s < skip.size and skip[s] < j:
-            s += 1
-        if s < skip.size and skip[s] == j:  # already scored (an index candidate)
+        ahead = _prefetch_ahead(codes, ahead, hi)
+        s, skipped = _skip_to(skip, s, j)
+        if skipped:  # already scored (an index candidate)
             continue
-        acc = np.float32(0.0)
-        for i in range(d):
-            acc += q[i] * np.float32(codes[j, i])
-        u = np.float64(acc) * np.float64(scale[j]) + q_norm * np.float64(bound[j])
-        wj = np.float64(w[j - lo])
-        ub = u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
+        ub = _row_bound(q, q_norm, codes, scale, bound, j, np.float64(w[j - lo]))
         if not ub <= kth:  # NaN (an inf weight times 0) stays: it is scored exactly
             out[count] = j
             count += 1
@@ -98,14 +142,6 @@ def _faiss_inner_product(typingctx, address, q, x, row):
         return builder.load(out)
 
     return types.float32(address, q, x, row), codegen
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _dot_int8(q, codes, j):  # pragma: no cover - compiled
-    acc = np.float32(0.0)
-    for i in range(q.size):
-        acc += q[i] * np.float32(codes[j, i])
-    return acc
 
 
 @numba.njit(cache=True, nogil=True)
@@ -152,23 +188,13 @@ def scan_one(
             return FALLBACK
         if count == k and not x > s[k - 1]:
             continue
-        at = min(count, k - 1)  # insert after every score >= x: ties keep their order
-        while at > 0 and s[at - 1] < x:
-            s[at] = s[at - 1]
-            p[at] = p[at - 1]
-            at -= 1
-        s[at] = x
-        p[at] = pos[i]
+        _insert_sorted(s, p, min(count, k - 1), x, pos[i])
         count = min(count + 1, k)
     c_last = np.float64(cos[trust - 1])
     seen = np.sort(rank[pos])  # candidates met again in the scan count once
     n = neg_w.size
     have = codes.shape[0]
-    d = q.size
-    q_norm = 0.0
-    for i in range(d):
-        q_norm += np.float64(q[i]) * np.float64(q[i])
-    q_norm = np.sqrt(q_norm * (1.0 + (d + 2) * 2.0**-52))  # rounded up: see scan()
+    q_norm = _query_norm_up(q)
     scanned = 0
     rounds = 1
     while True:
@@ -186,17 +212,11 @@ def scan_one(
         at_seen = np.searchsorted(seen, scanned)
         ahead = min(stop, scanned + _AHEAD)
         for j in range(scanned, stop):
-            if ahead < stop:
-                for c in range(0, d, 64):
-                    _prefetch(codes, ahead * d + c)
-                ahead += 1
-            while at_seen < seen.size and seen[at_seen] < j:
-                at_seen += 1
-            if at_seen < seen.size and seen[at_seen] == j:
+            ahead = _prefetch_ahead(codes, ahead, stop)
+            at_seen, skipped = _skip_to(seen, at_seen, j)
+            if skipped:
                 continue
-            u = np.float64(_dot_int8(q, codes, j)) * np.float64(scale[j]) + q_norm * np.float64(bound[j])
-            wj = np.float64(w_sorted[j])
-            ub = u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
+            ub = _row_bound(q, q_norm, codes, scale, bound, j, np.float64(w_sorted[j]))
             if ub <= kth:
                 continue
             x = _faiss_inner_product(faiss_ny, q, vectors, j) * w_sorted[j]
@@ -205,13 +225,7 @@ def scan_one(
             # the current k-th could not have made the k best of that merge either.
             if not x > s[k - 1]:
                 continue
-            at = k - 1
-            while at > 0 and s[at - 1] < x:
-                s[at] = s[at - 1]
-                p[at] = p[at - 1]
-                at -= 1
-            s[at] = x
-            p[at] = order[j]
+            _insert_sorted(s, p, k - 1, x, order[j])
             kth = np.float64(s[k - 1])
         scanned = stop
         rounds += 1

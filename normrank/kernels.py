@@ -62,6 +62,17 @@ def _define() -> dict[str, object]:
         hv[i, p - 1] = v
         hi[i, p - 1] = idv
 
+    @numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+    def count_above(scores, r, weights, j, top):  # pragma: no cover - compiled
+        # How many of row r's scores j .. j + _CHUNK, weighted, beat the heap top: a
+        # branch-free loop that compiles to SIMD (~0.1 ns a score; plain 2-D indexing, which
+        # row views defeat). Almost every chunk has none, so the scalar insertion rarely
+        # runs. NaN compares false here and in the insertion, so they agree.
+        above = 0
+        for t in range(_CHUNK):
+            above += np.int32(scores[r, j + t] * weights[j + t] > top)
+        return above
+
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def insert_span(vals, ids, scores, weights, j0, i, start, stop):  # pragma: no cover
         k = vals.shape[1]
@@ -75,15 +86,8 @@ def _define() -> dict[str, object]:
         m = scores.shape[1]
         full = m - m % _CHUNK
         for i in range(r0, r1):
-            # Count each chunk's scores above the heap top first: a branch-free loop that
-            # compiles to SIMD (~0.1 ns a score; plain 2-D indexing, which row views defeat);
-            # almost every chunk has none. NaN compares false in both tests, so they agree.
             for j in range(0, full, _CHUNK):
-                top = vals[i, 0]
-                above = 0
-                for t in range(_CHUNK):
-                    above += np.int32(scores[i, j + t] * weights[j + t] > top)
-                if above:
+                if count_above(scores, i, weights, j, vals[i, 0]):
                     insert_span(vals, ids, scores, weights, j0, i, j, j + _CHUNK)
             insert_span(vals, ids, scores, weights, j0, i, full, m)
 
@@ -112,11 +116,7 @@ def _define() -> dict[str, object]:
         for r in range(scores.shape[0]):
             i = rows[r]
             for j in range(0, full, _CHUNK):
-                top = vals[i, 0]
-                above = 0
-                for t in range(_CHUNK):
-                    above += np.int32(scores[r, j + t] * weights[j + t] > top)
-                if above:
+                if count_above(scores, r, weights, j, vals[i, 0]):
                     insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, j, j + _CHUNK)
             insert_scanned(vals, ids, i, r, scores, weights, doc_pos, j0, cand_rank, full, m)
 

@@ -111,15 +111,8 @@ def _norms_in_storage_order(index: faiss.Index, ids: np.ndarray, norms) -> np.nd
                 f"norms as a mapping must give one norm per stored id ({ids.size}); "
                 + (f"missing ids {missing[:5]}" if missing else f"it has {len(norms)} entries")
             )
-        values = [norms[int(i)] for i in ids]
-    else:
-        values = norms
-    try:
-        n = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"norms must be numbers: {e}") from e
-    if isinstance(norms, Mapping):
-        return n
+        return _numbers([norms[int(i)] for i in ids])
+    n = _numbers(norms)
     if n.shape != (index.ntotal,):
         raise InvalidInputError(
             f"norms must be {index.ntotal} values, one per stored vector, got shape {n.shape}"
@@ -133,6 +126,13 @@ def _norms_in_storage_order(index: faiss.Index, ids: np.ndarray, norms) -> np.nd
             "added, so an array of norms cannot be matched to them: pass norms={id: norm, ...}"
         )
     return n[ids]
+
+
+def _numbers(values) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"norms must be numbers: {e}") from e
 
 
 def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_factor: int) -> IndexState:
