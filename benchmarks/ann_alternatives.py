@@ -13,7 +13,7 @@ import faiss
 import numpy as np
 
 from normrank import topk
-from normrank.ann import IdLookup, ann_params, unseen_bound
+from normrank.search.ann import IdLookup, ann_params, unseen_bound
 
 _GROWTH = 4
 
@@ -28,7 +28,7 @@ def _search(index: faiss.Index, q: np.ndarray, depth: int) -> tuple[np.ndarray, 
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of candidate rows (``normrank.topk``) with their positions; ``-inf`` / ``-1``
+    """Top-``k`` of candidate rows (``normrank.search.flat``) with their positions; ``-inf`` / ``-1``
     pad rows with fewer than ``k`` finite scores."""
     values, cols = topk(scores, k)
     return values, np.where(cols >= 0, np.take_along_axis(pos, np.maximum(cols, 0), axis=1), -1)
@@ -49,7 +49,7 @@ def depth_growing_search(
     (x4 per round, the index searched again) until ``c_D * w_max`` falls below the k-th score,
     with a fixed exact tail of the highest weights.
 
-    Arguments as :func:`normrank.ann.adaptive_search` (``weights`` required), plus
+    Arguments as :func:`normrank.search.ann.adaptive_search` (``weights`` required), plus
     ``start_depth`` / ``max_depth`` (first and largest cosine depth) and ``tail``
     (``(positions, unit vectors)`` of the highest weights, scanned exactly; the bound then uses
     the largest weight outside them).

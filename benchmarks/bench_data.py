@@ -23,8 +23,8 @@ def real_embeddings(
     With ``encode_missing=False`` corpora not in the embedding cache are skipped (and left out of
     the list); otherwise they are encoded once and cached.
     """
-    from normrank.data import load_dataset
-    from normrank.embedding_cache import EmbeddingCache
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
     from normrank.errors import NormrankError
     from normrank.sweep import embed_dataset, model_key
 

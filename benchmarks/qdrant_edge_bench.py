@@ -107,7 +107,7 @@ def bench_edge(x, q, alphas, reps: int, rows: list, label: str, *, single_querie
     except ImportError:
         print("qdrant-edge-py not installed: skipping qdrant-edge rows", flush=True)
         return
-    from speed import exact_top, recall, unit
+    from bench_exact import exact_top, recall, unit
 
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
     ei, build_s = open_or_build(x, label)

@@ -58,11 +58,12 @@ import numpy as np  # noqa: E402 - after the thread settings above
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ann_alternatives import Banded, depth_growing_search  # noqa: E402
 from bench_data import real_embeddings, synthetic_like  # noqa: E402
+from bench_exact import exact_top, recall, unit  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
-from normrank.ann import IdLookup, ann_params, default_band_start, default_start  # noqa: E402
-from normrank.kernels import heap_kernel  # noqa: E402
-from normrank.topk import PRODUCT_BLAS  # noqa: E402
+from normrank.search.ann import IdLookup, ann_params, default_band_start, default_start  # noqa: E402
+from normrank.search.flat import PRODUCT_BLAS  # noqa: E402
+from normrank.search.kernels import heap_kernel  # noqa: E402
 
 K = 10
 # What timed() and timed_single() read: wall time, or with --clock cpu this thread's CPU time
@@ -75,46 +76,6 @@ SECTIONS = ("flat", "ivf", "hnsw", "qdrant-edge", "qdrant")
 SINGLE_QUERIES = 100
 NOTES_MARKER = "<!-- notes: kept across runs -->"
 ROOT = Path(__file__).resolve().parent
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-@dataclass
-class ExactTop:
-    """The exact 10th score of ``cos * norm**alpha`` per query, with what scores any result."""
-
-    kth: np.ndarray
-    x_unit: np.ndarray
-    norms: np.ndarray
-    qu: np.ndarray
-    alpha: float
-
-
-def exact_top(x_unit: np.ndarray, norms: np.ndarray, qu: np.ndarray, alpha: float) -> ExactTop:
-    """Reference: the exact top-10 of cos * norm**alpha by numpy, in blocks (its 10th score)."""
-    w = norms.astype(np.float64) ** alpha
-    kth = np.empty(qu.shape[0])
-    for i in range(0, qu.shape[0], 256):
-        s = (qu[i : i + 256] @ x_unit.T) * w
-        kth[i : i + 256] = -np.partition(-s, K - 1, axis=1)[:, K - 1]
-    return ExactTop(kth, x_unit, norms, qu, alpha)
-
-
-def recall(got: np.ndarray, ref: ExactTop) -> float:
-    """Recall@10 against the exact top-10, ties counted: a result is right when its exact score
-    reaches the exact 10th score (less 1e-6 relative, float32 rounding). The corpora hold
-    duplicated documents, and which of two equal scores an exact reference keeps is arbitrary;
-    counting by id would score the reference's tie order, not the search."""
-    hits = 0
-    for i, row in enumerate(np.asarray(got)):
-        row = np.unique(row[row >= 0])  # a result returned twice counts once
-        s = (ref.x_unit[row].astype(np.float64) @ ref.qu[i].astype(np.float64)) * (
-            ref.norms[row].astype(np.float64) ** ref.alpha
-        )
-        hits += min(K, int(np.sum(s >= ref.kth[i] - 1e-6 * abs(ref.kth[i]))))
-    return hits / (K * len(got))
 
 
 @dataclass
@@ -505,7 +466,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"Machine: {meta['machine']}; threads per side: {meta['threads']}; clock: {meta['clock']}; load average at start / "
         f"end {meta['load_start']} / {meta['load_end']}. BLAS/OpenMP loaded: {blas}; normrank's "
         f"product runs on {meta['normrank_product']}'s BLAS, its selection on "
-        f"{meta.get('normrank_selection', 'faiss')} (normrank.kernels). "
+        f"{meta.get('normrank_selection', 'faiss')} (normrank.search.kernels). "
         f"Real corpora: {', '.join(meta['real_corpora'])}. "
         f"Run: `{meta['command']}` ({meta['minutes']:.1f} min; repetitions {meta['reps']}). "
         "Latency ratio = normrank time / plain cosine search time with the same index and parameters "

@@ -44,8 +44,8 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from normrank.data import load_dataset
-    from normrank.embedding_cache import EmbeddingCache
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
     from normrank.sweep import embed_dataset, run_sweep
     from normrank.sweep.report import write_all
 

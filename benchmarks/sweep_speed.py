@@ -39,8 +39,8 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "results"
 READ = """
 import json, sys, time
-from normrank.data import load_dataset
-from normrank.embedding_cache import EmbeddingCache
+from normrank.corpus.beir import load_dataset
+from normrank.corpus.embedding_cache import EmbeddingCache
 from normrank.sweep import embed_dataset
 from normrank.sweep.ranx_check import time_cosine_eval
 from ranx import Qrels

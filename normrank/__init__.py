@@ -19,10 +19,10 @@ from normrank.errors import (
     UnsupportedIndexError,
     ZeroNormError,
 )
-from normrank.index import NormIndex
-from normrank.index_state import IndexState
+from normrank.index.norm_index import NormIndex
+from normrank.index.state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
-from normrank.topk import topk
+from normrank.search.flat import topk
 
 __version__ = "0.1.0"
 

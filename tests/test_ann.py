@@ -1,4 +1,4 @@
-"""ANN search with query-time alpha (normrank.ann) against numpy brute force.
+"""ANN search with query-time alpha (normrank.search.ann) against numpy brute force.
 
 Clustered unit directions with log-normal norms: the hard case, where a low-cosine document
 with an extreme norm belongs in the norm-weighted top-10.
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from normrank import NormIndex
-from normrank import ann as ann_module
-from normrank.ann import AnnStats, IdLookup, adaptive_search, scan_needed, unseen_bound
 from normrank.errors import InvalidParameterError
+from normrank.search import ann as ann_module
+from normrank.search.ann import AnnStats, IdLookup, adaptive_search, scan_needed, unseen_bound
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
 K = 10

@@ -1,4 +1,4 @@
-"""normrank.data: BEIR folders, name resolution, query depth, splits."""
+"""normrank.corpus.beir: BEIR folders, name resolution, query depth, splits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from normrank.data import (
+from normrank.corpus.beir import (
     DatasetNotFoundError,
     available_splits,
     depth_bucket,
@@ -71,7 +71,7 @@ def test_name_resolution_data_dir_then_env(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_unknown_name_offline_fails_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import normrank.data as data
+    import normrank.corpus.beir as data
 
     monkeypatch.setattr(data, "_default_dirs", lambda d: [tmp_path])
     with pytest.raises(DatasetNotFoundError, match="not in"):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from normrank.data import load_dataset
-from normrank.embedding_cache import EmbeddingCache, content_digest
+from normrank.corpus.beir import load_dataset
+from normrank.corpus.embedding_cache import EmbeddingCache, content_digest
 from normrank.encoders import model_identity
 from normrank.errors import InvalidInputError
 from normrank.sweep import embed_dataset

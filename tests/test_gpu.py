@@ -3,7 +3,7 @@
 ``device="cpu"`` runs the same torch code on the CPU (always, when torch is installed); the CUDA
 tests skip cleanly without a GPU and never fall back to the CPU. The data are continuous (no two
 scores equal), so ids must agree exactly: only the order among equal scores is left open by the
-backend (see ``normrank.backends.torch_flat``).
+backend (see ``normrank.search.torch_flat``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_torch_backend_on_cpu_matches_faiss_path():
 
 
 def test_torch_kernel_matches_numpy():
-    from normrank.backends.torch_flat import weighted_flat_search
+    from normrank.search.torch_flat import weighted_flat_search
 
     x, q = data(n=5000, nq=30)
     u = x / np.linalg.norm(x, axis=1, keepdims=True)

@@ -384,7 +384,7 @@ def test_scoring_functions(rng):
     np.testing.assert_allclose(
         normrank.symmetric_score(cos, qn, norms, 0.3), cos * qn[:, None] ** -0.3 * norms**-0.3, rtol=1e-6
     )
-    _, pos = normrank.topk(np.array([[0.1, 0.9, 0.5]], np.float32), 2)
+    _, pos = normrank.search.flat(np.array([[0.1, 0.9, 0.5]], np.float32), 2)
     np.testing.assert_array_equal(pos, [[1, 2]])
 
 

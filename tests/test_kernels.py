@@ -1,4 +1,4 @@
-"""normrank.kernels: the fused weighted heap insertion against FAISS's own ``addn`` (the same
+"""normrank.search.kernels: the fused weighted heap insertion against FAISS's own ``addn`` (the same
 heaps, entry for entry, ties included), and the flat search with and without numba."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import assert_same_topk
 
-from normrank import kernels
-from normrank.topk import weighted_flat_search
+from normrank.search import kernels
+from normrank.search.flat import weighted_flat_search
 
-topk_module = importlib.import_module("normrank.topk")
+topk_module = importlib.import_module("normrank.search.flat")
 
 NUMBA = pytest.importorskip("numba")
 
@@ -30,7 +30,7 @@ def _heap(nq: int, k: int):
 
 @pytest.fixture
 def without_numba(monkeypatch):
-    """normrank.kernels as on a machine where numba cannot be imported."""
+    """normrank.search.kernels as on a machine where numba cannot be imported."""
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     kernels._reset()
     yield

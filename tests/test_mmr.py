@@ -1,4 +1,4 @@
-"""normrank.mmr against LangChain's own cosine MMR (its relevance is the cosine to the query,
+"""normrank.search.mmr against LangChain's own cosine MMR (its relevance is the cosine to the query,
 ours whatever the caller ranks by: the cosine here, so the picks must agree) and closed forms."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normrank.mmr import maximal_marginal_relevance
+from normrank.search.mmr import maximal_marginal_relevance
 
 
 @pytest.fixture(scope="module")

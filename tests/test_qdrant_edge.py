@@ -80,8 +80,8 @@ def cacm():
     """Raw all-MiniLM-L6-v2 embeddings of BEIR cacm (3,204 documents, 52 judged queries),
     through the embedding cache the sweep and the benchmarks use (encoded once)."""
     pytest.importorskip("torch")
-    from normrank.data import load_dataset
-    from normrank.embedding_cache import EmbeddingCache
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
     from normrank.errors import NormrankError
     from normrank.sweep import embed_dataset
 

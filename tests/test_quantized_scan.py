@@ -1,4 +1,4 @@
-"""The int8 bound of the single-query weight-order scan (normrank.quantized_scan).
+"""The int8 bound of the single-query weight-order scan (normrank.search.quantized_scan).
 
 Two claims, each against an independent reference: the bound never rules out a row whose fp32
 score (FAISS's own inner product, times the float32 weight: what the fp32 scan computes) beats
@@ -14,9 +14,9 @@ import faiss
 import numpy as np
 import pytest
 
-from normrank import quantized_scan
-from normrank.ann import IdLookup, WeightOrder, adaptive_search
-from normrank.quantized_scan import QuantizedRows, candidates, quantize
+from normrank.search import quantized_scan
+from normrank.search.ann import IdLookup, WeightOrder, adaptive_search
+from normrank.search.quantized_scan import QuantizedRows, candidates, quantize
 
 pytestmark = pytest.mark.skipif(not quantized_scan.available(64), reason="numba not installed")
 
@@ -179,12 +179,12 @@ def test_without_numba_the_scan_stays_fp32(monkeypatch):
     real_import = builtins.__import__
 
     def no_numba(name, *args, **kwargs):
-        if name == "numba" or name.startswith("normrank._quantized_kernel"):
+        if name == "numba" or name.startswith("normrank.search._quantized_kernel"):
             raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(quantized_scan, "_kernel", None)
-    monkeypatch.delitem(sys.modules, "normrank._quantized_kernel", raising=False)
+    monkeypatch.delitem(sys.modules, "normrank.search._quantized_kernel", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_numba)
     with pytest.warns(RuntimeWarning, match="numba is not importable"):
         assert not quantized_scan.available(384)

@@ -1,4 +1,4 @@
-"""The single-query fast path of NormIndex.search (normrank.searcher): the same arguments, the
+"""The single-query fast path of NormIndex.search (normrank.search.searcher): the same arguments, the
 same refusals and the same results as the full checks and numpy brute force."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from normrank.errors import (
     NonFiniteError,
     ZeroNormError,
 )
-from normrank.searcher import _one_query_args, search_args
+from normrank.search.searcher import _one_query_args, search_args
 from normrank.validation import as_alpha, as_vectors, split_norms
 
 D = 24
@@ -114,7 +114,7 @@ def test_single_queries_are_exact_when_the_index_is(alpha):
 def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     """The plan kept per alpha is keyed by FAISS's current breadth (changed on the index
     directly, or per call) and dropped by any change of the index."""
-    from normrank import ann
+    from normrank.search import ann
 
     used = []
     real = ann.adaptive_search

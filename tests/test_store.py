@@ -1,4 +1,4 @@
-"""normrank.store.KeyedStore (the core under both adapters) against numpy, and its store file
+"""normrank.store.keyed_store.KeyedStore (the core under both adapters) against numpy, and its store file
 against tampering: everything the file claims is checked at load, or CorruptIndexError."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from normrank.errors import CorruptIndexError, NormrankError
-from normrank.store import KeyedStore, StoreNotFoundError
-from normrank.store_checks import UnstorableMetadataError
+from normrank.store.checks import UnstorableMetadataError
+from normrank.store.keyed_store import KeyedStore, StoreNotFoundError
 
 N, DIM = 200, 8
 HEADER = {"format": "test-store", "version": 1}
@@ -172,7 +172,8 @@ def test_missing_folder_is_also_file_not_found(tmp_path):
 
 @pytest.mark.parametrize("fail_at", ["index", "json"])
 def test_a_failed_save_removes_what_it_created(tmp_path, data, monkeypatch, fail_at):
-    from normrank import NormIndex, store_files
+    from normrank import NormIndex
+    from normrank.store import files as store_files
 
     store = filled(data)
     path = tmp_path / "s" / "store.json"

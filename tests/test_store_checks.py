@@ -1,4 +1,4 @@
-"""normrank.store_checks: what the adapters refuse before anything changes."""
+"""normrank.store.checks: what the adapters refuse before anything changes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import datetime
 import pytest
 
 from normrank.errors import InvalidParameterError
-from normrank.store import KeyedStore
-from normrank.store_checks import (
+from normrank.store.checks import (
     MAX_METADATA_DEPTH,
     UnknownArgumentError,
     UnstorableMetadataError,
@@ -17,6 +16,7 @@ from normrank.store_checks import (
     reject_unknown,
     reranker_arguments,
 )
+from normrank.store.keyed_store import KeyedStore
 
 
 def test_alpha_is_checked_by_the_index_rule():

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normrank.data import Dataset
-from normrank.embedding_cache import EmbeddingCache
+from normrank.corpus.beir import Dataset
+from normrank.corpus.embedding_cache import EmbeddingCache
 from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.search.flat import reweighted_topk
 from normrank.sweep import (
     cross_validate,
     load_weights,
@@ -21,7 +22,6 @@ from normrank.sweep import (
     sweep_embeddings,
 )
 from normrank.sweep.report import write_all
-from normrank.topk import reweighted_topk
 
 ranx = pytest.importorskip("ranx")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normrank.data import Dataset
+from normrank.corpus.beir import Dataset
 from normrank.sweep import parse_alphas, sweep_embeddings
 from normrank.sweep.grid import parse_grid
 

@@ -1,4 +1,4 @@
-"""normrank.topk's kernels against numpy brute force (float64 scores, independent of FAISS).
+"""normrank.search.flat's kernels against numpy brute force (float64 scores, independent of FAISS).
 
 Every path of the flat kernel is driven: the per-query row kernel (nq < SMALL_NQ), the BLAS
 blocks with weights on the scores (nq <= d) and on the documents (nq > d), several query
@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_same_topk
 
 from normrank.errors import InvalidParameterError
-from normrank.topk import (
+from normrank.search.flat import (
     SMALL_NQ,
     inner_products,
     reweighted_topk,
@@ -23,7 +23,7 @@ from normrank.topk import (
     weighted_flat_search,
 )
 
-topk_module = importlib.import_module("normrank.topk")  # `normrank.topk` is also the function
+topk_module = importlib.import_module("normrank.search.flat")  # `normrank.search.flat` is also the function
 
 
 def unit_data(n: int, nq: int, d: int, seed: int = 0):

@@ -3,10 +3,10 @@
 Unit vectors live in a cosine collection and the raw norm in each point's payload (``"norm"``).
 A search is one Qdrant query per query vector: prefetch cosine candidates, then a
 ``FormulaQuery`` computes ``$score * norm**alpha`` on the server. Which points to prefetch
-follows :mod:`normrank.ann`: a band of extreme norms on the side alpha favours (the lowest for
+follows :mod:`normrank.search.ann`: a band of extreme norms on the side alpha favours (the lowest for
 ``alpha < 0``, the highest for ``alpha > 0``) is prefetched whole, with the ``k * k_factor``
 best cosines of the rest. The first band is the cached ``n_tail`` extremes (by default the size
-:mod:`normrank.ann` uses, :func:`normrank.backends.norm_band.first_band`); when the k-th score
+:mod:`normrank.search.ann` uses, :func:`normrank.search.norm_band.first_band`); when the k-th score
 does not beat the bound on everything else (last cosine of the rest times the largest weight
 outside the band), the band edge is read off the bound, the band is counted, and the query runs
 once more with it. The same code runs on local mode (``QdrantClient(":memory:")``, which
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.backends.norm_band import bound_holds, first_band, hnsw_params, start_search
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
+from normrank.search.norm_band import bound_holds, first_band, hnsw_params, start_search
 from normrank.validation import Checked, as_alpha, as_count, as_ids, as_k_factor, as_vectors, split_norms
 
 __all__ = ["QdrantNormIndex"]
@@ -51,7 +51,7 @@ class QdrantNormIndex:
         collection: collection name; created (cosine, ``dim``) if it does not exist.
         k_factor: the cosine prefetch outside the band is ``k * k_factor`` deep.
         n_tail: size of the first extreme-norm band, prefetched whole (default: as
-            :mod:`normrank.ann`, ~1/30 of the points, <= 2048); widened per query where the
+            :mod:`normrank.search.ann`, ~1/30 of the points, <= 2048); widened per query where the
             bound needs it.
         shard_number / replication_factor: passed to ``create_collection`` for a new collection.
 
@@ -279,7 +279,7 @@ class QdrantNormIndex:
         pts: list, k: int, alpha: float, depth: int, tau: float, band: int, st: dict[str, float]
     ) -> float | None:
         """None when nothing outside the fetched points can enter the top-k (the bound of
-        :mod:`normrank.ann`); otherwise the band edge at which it would hold.
+        :mod:`normrank.search.ann`); otherwise the band edge at which it would hold.
 
         A point outside the band has weight at most ``tau**alpha`` and, when not fetched, cosine
         at most ``c_last``, the last fetched from the rest. The band edge that bounds the rest

@@ -3,9 +3,9 @@
 Qdrant Edge (``qdrant-edge-py``) is Qdrant's engine embedded in the process: the server's
 segments, HNSW, payload indexes and formula code, stored in one shard folder. Unit vectors go
 in a cosine shard, the raw norm in each point's payload (``"norm"``, with a float index). The
-method is that of :mod:`normrank.ann` and the client backend: a band of extreme norms on the
+method is that of :mod:`normrank.search.ann` and the client backend: a band of extreme norms on the
 side alpha favours, searched exactly, plus the best cosines of the rest, until the bound
-(:func:`normrank.ann.unseen_bound`) proves that nothing unseen can beat the k-th score. Every
+(:func:`normrank.search.ann.unseen_bound`) proves that nothing unseen can beat the k-th score. Every
 returned score is computed by the engine's formula ``$score * norm**alpha``. Per query (all
 queries' requests of a round go in one ``query_batch``):
 
@@ -13,11 +13,11 @@ queries' requests of a round go in one ``query_batch``):
    microsecond per point, so it runs once, in the last round, over the few points that can
    make the top-k): the ``depth`` best cosines (HNSW at ``hnsw_ef``, or exact) and the
    ``_FIRST_LIMIT`` best cosines of the first band (``n_tail``; by default the first band of
-   :mod:`normrank.ann`, scanned exactly by the engine). Their scores are computed here from
+   :mod:`normrank.search.ann`, scanned exactly by the engine). Their scores are computed here from
    the mirrored norms, only to choose what to ask for next.
 2. The bound: with ``c_T`` the cosine at the trusted rank and ``kth`` the k-th of those
    scores, the band must hold every document whose weight could lift ``c_T`` past ``kth``:
-   :func:`normrank.ann.scan_needed` over the sorted weights (norms are mirrored in memory,
+   :func:`normrank.search.ann.scan_needed` over the sorted weights (norms are mirrored in memory,
    read from the shard when it is opened, so no count query is needed). The first band counts
    as seen only if the bound clears its points below the last cosine it returned.
 3. **Last round**, one request per query: the formula over the first round's top-k (fetched
@@ -44,15 +44,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.ann import IdLookup, scan_needed
-from normrank.backends.norm_band import (
-    SCORE_RTOL,
-    bound_holds,
-    first_band,
-    hnsw_params,
-    search_depths,
-    start_search,
-)
 from normrank.errors import (
     DimensionMismatchError,
     DuplicateIdError,
@@ -61,6 +52,15 @@ from normrank.errors import (
     InvalidParameterError,
     MissingDependencyError,
     UnknownIdError,
+)
+from normrank.search.ann import IdLookup, scan_needed
+from normrank.search.norm_band import (
+    SCORE_RTOL,
+    bound_holds,
+    first_band,
+    hnsw_params,
+    search_depths,
+    start_search,
 )
 from normrank.validation import (
     Checked,
@@ -114,8 +114,8 @@ class QdrantEdgeNormIndex:
             ranking is then exact.
         k_factor: the cosine prefetch is at least ``k * k_factor`` deep.
         n_tail: size of the first extreme-norm band, whose best cosines are asked with every
-            query's first round. ``None`` (default): the first band of :mod:`normrank.ann`
-            (:func:`normrank.backends.norm_band.first_band`); ``0``: none (cheaper where the
+            query's first round. ``None`` (default): the first band of :mod:`normrank.search.ann`
+            (:func:`normrank.search.norm_band.first_band`); ``0``: none (cheaper where the
             bound rarely needs a band, as at alpha < 0 on 27k real MiniLM embeddings; dearer
             where it needs a wide one; docs/qdrant.md).
         indexing_threshold_kb: segments above this size get an HNSW graph when
@@ -745,7 +745,7 @@ class QdrantEdgeNormIndex:
         self, cos: np.ndarray, s: np.ndarray, k: int, alpha: float, depth: int, trust: int, band: int
     ) -> int | None:
         """None when the bound holds; otherwise how many documents, in weight order, the band
-        must hold for it to (:func:`normrank.ann.scan_needed`).
+        must hold for it to (:func:`normrank.search.ann.scan_needed`).
 
         ``cos`` are the cosine prefetch's cosines in decreasing order (the ``depth`` best), ``s``
         the first round's top scores (cosine prefetch and first band together), likewise."""

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from normrank.encoders.spec import resolve_spec
 from normrank.settings import cache_root
 
 __all__ = ["ENCODER_FORMAT", "model_identity", "path_digest"]
@@ -115,10 +116,8 @@ def model_identity(name_or_path: str | Path, kind: str = "auto", **options: Any)
     that is not on disk is trusted to name fixed weights. ``device`` is left out (CPU and GPU
     agree to float rounding).
     """
-    from normrank.encoders import _resolve
-
     options = dict(options)
-    kind, name, path, local, _device = _resolve(name_or_path, kind, options)
+    kind, name, path, local, _device = resolve_spec(name_or_path, kind, options)
     ident: dict[str, Any] = {"format": ENCODER_FORMAT, "kind": kind}
     if local:
         ident["weights_sha256"] = path_digest(path)

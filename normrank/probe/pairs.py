@@ -15,7 +15,7 @@ import csv
 import json
 from pathlib import Path
 
-from normrank.data import resolve_beir_folder
+from normrank.corpus.beir import resolve_beir_folder
 from normrank.errors import InvalidInputError
 
 __all__ = ["load_pairs", "pairs_from_qrels", "pairs_from_tsv", "read_corpus", "self_pairs"]
@@ -33,7 +33,7 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
 
 def read_corpus(folder: str | Path) -> tuple[list[str], list[str], list[str], list[str]]:
     """``(doc_ids, titles, bodies, doc_texts)`` of a BEIR folder (or a BEIR name, resolved as
-    :func:`normrank.data.resolve_beir_folder` does), ``doc_text = title + " " + body``.
+    :func:`normrank.corpus.beir.resolve_beir_folder` does), ``doc_text = title + " " + body``.
 
     Only ``corpus.jsonl`` is needed: the probe reads documents, not queries or judgements.
     """

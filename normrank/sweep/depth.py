@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.data import Dataset, depth_bucket
+from normrank.corpus.beir import Dataset, depth_bucket
 from normrank.settings import CV_METRIC
 from normrank.sweep.result import SweepRun, pct
 from normrank.sweep.selection import argbest

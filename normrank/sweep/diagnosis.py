@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.data import Dataset
+from normrank.corpus.beir import Dataset
 from normrank.settings import (
     CV_METRIC,
     DEFAULT_ALPHAS,
@@ -128,8 +128,8 @@ def diagnose(
     encoder_options: dict[str, Any] | None = None,
 ) -> Diagnosis:
     """Diagnose ``model``'s norm on ``data`` (a BEIR folder or name, an ir_datasets id or a Dataset)."""
-    from normrank.data import load_dataset
-    from normrank.embedding_cache import EmbeddingCache
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
 
     ds = data if isinstance(data, Dataset) else load_dataset(data, split, data_dir=data_dir)
     qids, qtexts = ds.judged()

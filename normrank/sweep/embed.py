@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.data import Dataset
+from normrank.corpus.beir import Dataset
 
 __all__ = ["embed_dataset", "model_key"]
 

@@ -1,7 +1,7 @@
 """Rank every α exactly: ``cos(q, d) * w**alpha`` with the cosines computed once per query block.
 
 Each α re-weights the same cosine block by ``w**alpha`` (``normrank.scoring.norm_weight``) and takes
-the exact top-k over all documents (``normrank.topk.reweighted_topk``: each α bounded by its
+the exact top-k over all documents (``normrank.search.flat.reweighted_topk``: each α bounded by its
 neighbour's top-k; equal scores ranked by document order).
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 
 from normrank.errors import InvalidInputError
 from normrank.scoring import norm_weight
+from normrank.search.flat import inner_products, reweighted_topk
 from normrank.settings import SWEEP_BLOCK_FLOATS
-from normrank.topk import inner_products, reweighted_topk
 
 __all__ = ["KEEP_COSINES_FLOATS", "WeightGrid", "rank_all_alphas", "rank_grids", "unit_rows"]
 

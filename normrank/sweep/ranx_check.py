@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.data import Dataset
+from normrank.corpus.beir import Dataset
 from normrank.settings import CV_METRIC
 from normrank.sweep.rank import rank_all_alphas
 from normrank.sweep.selection import paired_p_ranx, ranx_run

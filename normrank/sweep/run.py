@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from normrank.data import Dataset
+from normrank.corpus.beir import Dataset
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.scoring import norm_weight
 from normrank.settings import (
@@ -225,14 +225,14 @@ def run_sweep(
     """Sweep every (dataset, model) pair and return the runs (write them with
     :func:`normrank.sweep.report.write_all`).
 
-    ``datasets``: BEIR folders, BEIR names or ir_datasets ids (see :func:`normrank.data.load_dataset`),
+    ``datasets``: BEIR folders, BEIR names or ir_datasets ids (see :func:`normrank.corpus.beir.load_dataset`),
     or loaded :class:`Dataset` objects. ``models``: names for :func:`normrank.encoders.load_encoder`.
     ``weights``: ``"FILE.npz:KEY"`` specs, each swept beside the norm (score = cos * w**alpha).
     ``controls``, ``betas``, ``permutations``, ``length_unit``, ``ranx_check``: see
     :func:`sweep_embeddings`.
     """
-    from normrank.data import load_dataset
-    from normrank.embedding_cache import EmbeddingCache
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
 
     grid = parse_alphas(alphas)
     mlist = parse_metrics(metrics)

@@ -109,7 +109,7 @@ def test_cli_sweep_on_unseen_folder_matches_independent(
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_sweep_controls import independent
 
-    from normrank.data import Dataset
+    from normrank.corpus.beir import Dataset
 
     ds = Dataset("adi", got["doc_ids"], got["texts"], [""] * len(got["texts"]), got["qids"],
                  [got["queries"][q] for q in got["qids"]], got["qrels"])  # fmt: skip

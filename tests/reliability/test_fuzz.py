@@ -337,7 +337,7 @@ _FS_ERRORS = [28, 30, 13, 5, 122]  # ENOSPC, EROFS, EACCES, EIO, EDQUOT
 def test_fuzz_failing_disk_then_save(factory, extra, step, code, weights, tmp_path_factory):
     from test_save_failures import _FailingOS
 
-    import normrank.persistence as persistence
+    import normrank.index.persistence as persistence
     from normrank import SaveError
 
     index = _fresh(factory)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import normrank.persistence as persistence
+import normrank.index.persistence as persistence
 from normrank import NormIndex, SaveError
 
 DIM = 8

@@ -10,7 +10,7 @@ from langchain_normrank.vectorstores import (
     StoreNotFoundError,
     relevance_from_cosine,
 )
-from normrank.store_checks import UnknownArgumentError, UnstorableMetadataError
+from normrank.store.checks import UnknownArgumentError, UnstorableMetadataError
 from normrank.unit_norms import UnitNormWarning
 
 __all__ = [

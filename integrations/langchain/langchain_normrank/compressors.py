@@ -19,7 +19,7 @@ from pydantic import ConfigDict
 
 from normrank import norm_weighted
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store_checks import reranker_arguments
+from normrank.store.checks import reranker_arguments
 
 __all__ = ["NORM_KEY", "SCORE_KEY", "NormReweightCompressor", "add_norm_metadata", "embed_with_norms"]
 

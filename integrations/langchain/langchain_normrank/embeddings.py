@@ -7,7 +7,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from normrank.errors import InvalidParameterError
-from normrank.store import encode_texts, load_normrank_encoder
+from normrank.store.keyed_store import encode_texts, load_normrank_encoder
 
 __all__ = ["NormRankEmbeddings"]
 

@@ -11,7 +11,17 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStoreRetriever
 
-from normrank.store_checks import reject_unknown
+from normrank.store.checks import reject_unknown
+
+# What a search call and a retriever's search_kwargs may hold (the store checks the same lists).
+_SEARCH_ARGS = ("k", "filter", "fetch_k", "alpha", "score_threshold")
+_MMR_ARGS = ("k", "filter", "fetch_k", "lambda_mult", "alpha")
+
+
+def search_arguments(search_type: str) -> tuple[str, ...]:
+    """The keyword arguments a retriever's ``search_kwargs`` may hold for ``search_type``."""
+    return _MMR_ARGS if search_type == "mmr" else _SEARCH_ARGS
+
 
 __all__ = ["NormRankRetriever"]
 
@@ -32,8 +42,6 @@ class NormRankRetriever(VectorStoreRetriever):
 
     def __init__(self, **data: Any) -> None:
         # pydantic would drop unknown fields silently; search_kwargs are checked now, not at invoke
-        from langchain_normrank.vectorstores import search_arguments
-
         fields = type(self).model_fields
         reject_unknown({k: v for k, v in data.items() if k not in fields}, fields, "NormRankRetriever()")
         allowed = search_arguments(data.get("search_type", "similarity"))

@@ -4,7 +4,7 @@ A drop-in for ``langchain_community``'s ``FAISS``: the same constructors, search
 ``filter`` / ``fetch_k`` / ``score_threshold`` arguments and ``save_local`` / ``load_local``,
 plus ``alpha``. Scores returned by ``similarity_search_with_score`` are the norm-weighted
 similarity ``s = cos(q, d) * ||d||**alpha`` (higher is better; not a distance); with
-``alpha = 0`` they are cosine similarities. The store itself is :class:`normrank.store.KeyedStore`.
+``alpha = 0`` they are cosine similarities. The store itself is :class:`normrank.store.keyed_store.KeyedStore`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from langchain_normrank.faiss_compat import (
     refuse_faiss_folder,
 )
 from langchain_normrank.filters import MetadataFilter, metadata_predicate
+from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
-from normrank.store_checks import UnsupportedOperationError, reject_unknown
+from normrank.store.checks import UnsupportedOperationError, reject_unknown
+from normrank.store.keyed_store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
 
 __all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
 
@@ -49,8 +50,6 @@ _FAISS_HINTS = {
 }
 AnyFilter = MetadataFilter | None  # a filter or none
 QueryVector = list[float]
-_SEARCH_ARGS = ("k", "filter", "fetch_k", "alpha", "score_threshold")
-_MMR_ARGS = ("k", "filter", "fetch_k", "lambda_mult", "alpha")
 
 
 def relevance_from_cosine(cosine: float) -> float:
@@ -61,11 +60,6 @@ def relevance_from_cosine(cosine: float) -> float:
     stores (whose relevance is ``1 - cosine distance``). Negative cosines map to 0.
     """
     return min(1.0, max(0.0, cosine))
-
-
-def search_arguments(search_type: str) -> tuple[str, ...]:
-    """The keyword arguments a retriever's ``search_kwargs`` may hold for ``search_type``."""
-    return _MMR_ARGS if search_type == "mmr" else _SEARCH_ARGS
 
 
 class NormRankVectorStore(StoreBacked, VectorStore):
@@ -400,7 +394,6 @@ class NormRankVectorStore(StoreBacked, VectorStore):
 
         ``search_kwargs`` and every other argument are checked now (unknown ones raise ``TypeError``).
         """
-        from langchain_normrank.retrievers import NormRankRetriever
 
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return NormRankRetriever(vectorstore=self, tags=tags, **kwargs)
@@ -482,7 +475,7 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         is ever unpickled. A folder holding a LangChain FAISS save (``<index_name>.faiss`` +
         ``<index_name>.pkl``) is refused with a :class:`FaissSaveError` naming the two lines that
         migrate it (``FAISS.load_local`` in your code, then :meth:`from_faiss`). A missing folder
-        raises :class:`~normrank.store.StoreNotFoundError`, which is also a ``FileNotFoundError``.
+        raises :class:`~normrank.store.keyed_store.StoreNotFoundError`, which is also a ``FileNotFoundError``.
         """
         reject_unknown(
             kwargs, ("index_name", "allow_dangerous_deserialization", "alpha"), "load_local()", _FAISS_HINTS

@@ -10,8 +10,8 @@ from llama_index.vector_stores.normrank.ingestion import (
 from llama_index.vector_stores.normrank.postprocessor import NormReweightPostprocessor
 from llama_index.vector_stores.normrank.retriever_kwargs import install as _route_retriever_kwargs
 
-from normrank.store import StoreNotFoundError
-from normrank.store_checks import UnknownArgumentError, UnstorableMetadataError
+from normrank.store.checks import UnknownArgumentError, UnstorableMetadataError
+from normrank.store.keyed_store import StoreNotFoundError
 from normrank.unit_norms import UnitNormWarning
 
 _route_retriever_kwargs()  # as_retriever(norm_alpha=...) reaches the store: see retriever_kwargs

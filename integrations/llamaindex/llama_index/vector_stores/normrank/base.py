@@ -4,7 +4,7 @@ Query similarities are the norm-weighted score ``cos(q, d) * ||d||**norm_alpha``
 better; plain cosine when ``norm_alpha = 0``). LlamaIndex's own ``alpha`` is the hybrid-search
 weight, hence the name ``norm_alpha``. Override it per query with
 ``index.as_retriever(norm_alpha=-0.5)`` or ``vector_store_kwargs={"norm_alpha": -0.5}``.
-The store itself is :class:`normrank.store.KeyedStore`.
+The store itself is :class:`normrank.store.keyed_store.KeyedStore`.
 
 Persisting: ``index.storage_context.persist(d)`` writes ``d/default__normrank_store.json`` (and
 its index folder). LlamaIndex's default reload reads every ``*vector_store.json`` as a
@@ -35,10 +35,10 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from llama_index.vector_stores.normrank._filters import matches
 
-from normrank import store_files
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store import KeyedStore, StoreBacked
-from normrank.store_checks import check_json_value, reject_unknown
+from normrank.store import files as store_files
+from normrank.store.checks import check_json_value, reject_unknown
+from normrank.store.keyed_store import KeyedStore, StoreBacked
 
 _RAW_HINT = (
     "wrap a normrank encoder with llama_index.vector_stores.normrank.NormRankEmbedding("

@@ -7,8 +7,8 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from normrank.store import encode_texts, load_normrank_encoder
-from normrank.store_checks import reject_unknown
+from normrank.store.checks import reject_unknown
+from normrank.store.keyed_store import encode_texts, load_normrank_encoder
 
 __all__ = ["NormRankEmbedding"]
 

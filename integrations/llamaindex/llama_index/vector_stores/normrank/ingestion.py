@@ -9,7 +9,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode, TransformComponent
 
 from normrank.errors import InvalidInputError
-from normrank.store_checks import reject_unknown
+from normrank.store.checks import reject_unknown
 
 __all__ = ["NORM_KEY", "NormMetadataTransform", "add_norm_metadata"]
 

@@ -12,7 +12,7 @@ from llama_index.vector_stores.normrank.ingestion import NORM_KEY
 
 from normrank import norm_weighted
 from normrank.errors import InvalidInputError
-from normrank.store_checks import reranker_arguments
+from normrank.store.checks import reranker_arguments
 
 __all__ = ["NormReweightPostprocessor"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from normrank.store_checks import UnknownArgumentError
+from normrank.store.checks import UnknownArgumentError
 
 __all__ = ["install"]
 

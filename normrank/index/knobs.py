@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from normrank.faiss_info import ann_params, breadth_knobs, set_breadth
+from normrank.search.faiss_info import ann_params, breadth_knobs, set_breadth
 
 __all__ = ["SearchKnobs"]
 

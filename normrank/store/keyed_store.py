@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from normrank import store_files
 from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
@@ -28,9 +27,10 @@ from normrank.errors import (
     InvalidParameterError,
     MissingDependencyError,
 )
-from normrank.mmr import maximal_marginal_relevance
 from normrank.scoring import norm_weight
-from normrank.store_checks import check_alpha, check_json_value
+from normrank.search.mmr import maximal_marginal_relevance
+from normrank.store import files as store_files
+from normrank.store.checks import check_alpha, check_json_value
 from normrank.unit_norms import all_unit, warn_unit_norms
 from normrank.validation import as_k, as_vectors
 
@@ -169,7 +169,7 @@ class KeyedStore:
                     "the store has used every key it can give; rebuild it from its documents"
                 )
             if self.index is None:
-                from normrank import NormIndex
+                from normrank.index.norm_index import NormIndex
 
                 self.index = NormIndex(arr.shape[1], alpha=self.alpha, factory=self.factory)
                 self.dim = arr.shape[1]
@@ -270,7 +270,7 @@ class KeyedStore:
         passes: Callable[[str], bool] | None = None,
     ) -> list[Hit]:
         """Maximal marginal relevance over the ``fetch_k`` best passing ids by cos·‖d‖^α
-        (:mod:`normrank.mmr`: that score as relevance, cosine between documents as redundancy)."""
+        (:mod:`normrank.search.mmr`: that score as relevance, cosine between documents as redundancy)."""
         k = as_k(k, 1)
         lam = float(lambda_mult)
         if not 0.0 <= lam <= 1.0:
@@ -396,7 +396,7 @@ class KeyedStore:
         store.next_key = next_key
         store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
         if payload["index_dir"] is not None:
-            from normrank import NormIndex
+            from normrank.index.norm_index import NormIndex
 
             index_dir = store_files.checked_index_dir(json_path, payload["index_dir"])
             if not index_dir.is_dir():

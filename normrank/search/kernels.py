@@ -197,7 +197,7 @@ def heap_add_scanned(
     j0: int,
     cand_rank: np.ndarray,
 ) -> bool:
-    """The ANN batch scan's selection (:func:`normrank.ann.adaptive_search`): add
+    """The ANN batch scan's selection (:func:`normrank.search.ann.adaptive_search`): add
     ``scores[r, t] * weights[t]`` with id ``doc_pos[t]`` to min-heap ``rows[r]``, as FAISS's
     ``addn_with_ids`` would, except for the documents already in that heap from the index: those
     whose weight rank ``j0 + t`` is in ``cand_rank[rows[r]]``. Returns False, doing nothing,

@@ -1,5 +1,5 @@
 """The whole state of a :class:`~normrank.NormIndex` as one value: what the index hands
-persistence to save, and what persistence (or :func:`normrank.wrap.state_from_faiss`) hands back
+persistence to save, and what persistence (or :func:`normrank.index.wrap.state_from_faiss`) hands back
 to build an index from. Nothing else crosses between them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
-from normrank.faiss_info import (
+from normrank.search.faiss_info import (
     MAX_EF_SEARCH,
     ann_params,
     can_remove,

@@ -1,4 +1,4 @@
-"""The numba kernel of :mod:`normrank.quantized_scan` (imported on first use: numba's import and
+"""The numba kernel of :mod:`normrank.search.quantized_scan` (imported on first use: numba's import and
 compilation are paid only by processes that scan; compiled code is cached on disk)."""
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def scan_one(
     p,
     stats,
 ):  # pragma: no cover - compiled
-    """normrank.ann._search_one after the index search, in one call: re-score the candidates
+    """normrank.search.ann._search_one after the index search, in one call: re-score the candidates
     (``cos * weights[pos]``), then the weight-order scan, each row bounded by its int8 copy and
     scored exactly (FAISS, ``faiss_ny``) only where the bound can beat the current k-th score.
 

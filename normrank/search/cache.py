@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from normrank.ann import IdLookup, WeightOrder
 from normrank.scoring import norm_weight
+from normrank.search.ann import IdLookup, WeightOrder
 from normrank.settings import WEIGHT_CACHE_ENTRIES
 
 __all__ = ["SearchCache"]
@@ -29,7 +29,7 @@ class SearchCache:
         fenced: the ids by storage position followed by -1, so that position -1 (padding)
             reads id -1 in one gather.
         plans: ANN search arguments per (alpha, k, options, breadth), the last 8 used
-            (:func:`normrank.searcher.search_into`; they hold only what this cache derives).
+            (:func:`normrank.search.searcher.search_into`; they hold only what this cache derives).
     """
 
     __slots__ = ("device", "fenced", "lookup", "orders", "plans", "powers")

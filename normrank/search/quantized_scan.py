@@ -1,7 +1,7 @@
 """An int8 copy of float32 rows that bounds their inner products with a query from above,
 rigorously, in a quarter of the bytes.
 
-Used by the single-query weight-order scan (:mod:`normrank.ann`): the scan reads a prefix of
+Used by the single-query weight-order scan (:mod:`normrank.search.ann`): the scan reads a prefix of
 the documents in weight order, and an fp32 pass over it is memory bound (27k real MiniLM
 embeddings, alpha = 1: ~4.5k x 384 floats, 7 MB, ~250 us a query). Per row ``x_j`` this keeps
 
@@ -115,11 +115,11 @@ class QuantizedRows:
 
 
 def _working_kernel():
-    """The compiled kernel (:mod:`normrank._quantized_kernel`, numba), or False where it cannot
+    """The compiled kernel (:mod:`normrank.search._quantized_kernel`, numba), or False where it cannot
     be built here (checked once, on a few rows with a known answer), said in a warning: the
     fp32 scan gives the same results, slower."""
     try:
-        from normrank._quantized_kernel import scan
+        from normrank.search._quantized_kernel import scan
     except ImportError as e:  # numba is a dependency: a broken or partial install
         return _fp32_only(f"numba is not importable ({e})")
     codes, scale, bound = quantize(np.eye(MIN_DIM, dtype=np.float32))
@@ -191,7 +191,7 @@ def faiss_inner_products_address() -> int | None:
 
 def fused_scan(d: int):
     """``(scan_one, address)`` for the whole single-query scan in one compiled call
-    (:func:`normrank._quantized_kernel.scan_one`), or None where it does not run: no int8
+    (:func:`normrank.search._quantized_kernel.scan_one`), or None where it does not run: no int8
     kernel, no FAISS address, or the address's inner products differing in any bit from those
     of ``faiss.fvec_inner_products_ny`` on a check (then quietly the per-chunk path: the same
     results)."""
@@ -206,7 +206,7 @@ def fused_scan(d: int):
 def _working_fused():
     import faiss
 
-    from normrank._quantized_kernel import inner_products_via, scan_one
+    from normrank.search._quantized_kernel import inner_products_via, scan_one
 
     address = faiss_inner_products_address()
     if address is None:

@@ -3,7 +3,7 @@
 The flat kernel streams the documents in blocks through the same product as FAISS's own flat
 search (its BLAS ``sgemm_``, its block sizes, its query-major layout; :func:`inner_products`),
 and a selection that is FAISS's heap insertion with the per-document weight multiplied in as each
-score is read (:func:`normrank.kernels.heap_add_weighted`; the same heaps as FAISS's
+score is read (:func:`normrank.search.kernels.heap_add_weighted`; the same heaps as FAISS's
 ``float_minheap_array_t.addn`` on the multiplied scores, bit for bit). So it reads the same bytes
 and runs the same BLAS kernel as ``IndexFlatIP.search`` plus one float per document and one
 multiply per score, whichever BLAS libraries numpy, scipy and FAISS happen to bundle on a machine
@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidParameterError
-from normrank.kernels import heap_add_weighted, heap_kernel
+from normrank.search.kernels import heap_add_weighted, heap_kernel
 
 __all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
 

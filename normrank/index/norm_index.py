@@ -13,16 +13,16 @@ import faiss
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank import validation as check
-from normrank.doc_table import DocTable
+import normrank.validation as check
 from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
-from normrank.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
-from normrank.index_state import IndexState, check_state
-from normrank.persistence import load_state, save_state
-from normrank.search_cache import SearchCache
-from normrank.search_knobs import SearchKnobs
-from normrank.searcher import search_args, search_into
-from normrank.wrap import new_faiss_index, state_from_faiss
+from normrank.index.doc_table import DocTable
+from normrank.index.knobs import SearchKnobs
+from normrank.index.persistence import load_state, save_state
+from normrank.index.state import IndexState, check_state
+from normrank.index.wrap import new_faiss_index, state_from_faiss
+from normrank.search.cache import SearchCache
+from normrank.search.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
+from normrank.search.searcher import search_args, search_into
 
 __all__ = ["NormIndex"]
 
@@ -43,7 +43,7 @@ class NormIndex(SearchKnobs):
 
     Exactness: a flat index ranks exactly (numpy brute force's scores). On IVF / HNSW the
     default ``ann="adaptive"`` re-scores the index's cosine candidates and scans documents in
-    decreasing weight order until a bound proves the top-k (:mod:`normrank.ann`): exact up to
+    decreasing weight order until a bound proves the top-k (:mod:`normrank.search.ann`): exact up to
     what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
     ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
     ``k * k_factor`` candidates (faster, recall not guaranteed; benchmarks/results/speed.md).
@@ -84,7 +84,7 @@ class NormIndex(SearchKnobs):
     @classmethod
     def from_state(cls, state: IndexState, *, device: str | None = None) -> NormIndex:
         """An index holding ``state`` (from :meth:`to_state` or persistence), its FAISS index used
-        as is; a state no index can be in raises (:func:`normrank.index_state.check_state`)."""
+        as is; a state no index can be in raises (:func:`normrank.index.state.check_state`)."""
         out = cls.__new__(cls)
         out._lock = threading.RLock()
         out.device = _checked_device(device)
@@ -373,7 +373,7 @@ class NormIndex(SearchKnobs):
         alpha: float = 0.0,
         k_factor: int = 10,
     ) -> NormIndex:
-        """Wrap an index that already holds vectors (see :func:`normrank.wrap.state_from_faiss`).
+        """Wrap an index that already holds vectors (see :func:`normrank.index.wrap.state_from_faiss`).
 
         ``norms`` (for an index of unit vectors): one per vector in the order they were added,
         or ``{id: norm}``; an IVF index, which does not keep that order, reads an array by id."""
@@ -382,7 +382,7 @@ class NormIndex(SearchKnobs):
     # -- persistence --------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to directory ``path`` atomically, no pickle (layout: :mod:`normrank.persistence`).
+        """Save to directory ``path`` atomically, no pickle (layout: :mod:`normrank.index.persistence`).
 
         A crash or a failed write (disk full, read-only: :class:`~normrank.SaveError`) leaves the
         previous save loadable. ``path`` may be a symlink to a folder; nothing inside is followed."""
@@ -398,7 +398,7 @@ class NormIndex(SearchKnobs):
 
 def _checked_device(device: str | None) -> str | None:
     if device is not None:
-        from normrank.backends.torch_flat import resolve_device
+        from normrank.search.torch_flat import resolve_device
 
         resolve_device(device)  # refuse cuda without CUDA now, not at the first search
     return device

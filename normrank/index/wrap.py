@@ -13,8 +13,16 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
-from normrank.faiss_info import inner_index, is_gpu, is_idmap, ivf_of, raw_vectors, stored_ids, with_ids
-from normrank.index_state import IndexState
+from normrank.index.state import IndexState
+from normrank.search.faiss_info import (
+    inner_index,
+    is_gpu,
+    is_idmap,
+    ivf_of,
+    raw_vectors,
+    stored_ids,
+    with_ids,
+)
 from normrank.validation import as_ids, split_norms
 
 __all__ = ["new_faiss_index", "state_from_faiss"]

@@ -1,11 +1,11 @@
-"""What the Qdrant backends (client and Edge) share with :mod:`normrank.ann`: one definition of
+"""What the Qdrant backends (client and Edge) share with :mod:`normrank.search.ann`: one definition of
 the first band, the cosine depths, and the bound test.
 
-The method is :mod:`normrank.ann`'s: a band of extreme norms on the side alpha favours is
+The method is :mod:`normrank.search.ann`'s: a band of extreme norms on the side alpha favours is
 fetched whole (a norm-range filter in Qdrant, a weight-order scan in FAISS) together with the
 best cosines of the rest; nothing unseen can beat the k-th score once it reaches
-:func:`normrank.ann.unseen_bound` of the trusted cosine and the largest weight outside the
-band. The sizes below are those of :mod:`normrank.ann`, with a Qdrant ``hnsw_ef`` standing in
+:func:`normrank.search.ann.unseen_bound` of the trusted cosine and the largest weight outside the
+band. The sizes below are those of :mod:`normrank.search.ann`, with a Qdrant ``hnsw_ef`` standing in
 for FAISS's ``efSearch``, so that "the same method" means the same numbers.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.ann import default_band_start, default_start, default_trust_depth, unseen_bound
+from normrank.search.ann import default_band_start, default_start, default_trust_depth, unseen_bound
 from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
 __all__ = ["bound_holds", "first_band", "hnsw_params", "search_depths", "start_search"]
@@ -40,21 +40,21 @@ def start_search(
 
 
 def hnsw_params(hnsw_ef: int | None) -> dict[str, int]:
-    """:func:`normrank.ann.ann_params` of a Qdrant search: ``{"efSearch": hnsw_ef}``, or ``{}``
+    """:func:`normrank.search.ann.ann_params` of a Qdrant search: ``{"efSearch": hnsw_ef}``, or ``{}``
     for an exact search (every cosine fetched is the true one, as for a flat index)."""
     return {} if hnsw_ef is None else {"efSearch": int(hnsw_ef)}
 
 
 def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int:
-    """Size of the first extreme-norm band: :func:`normrank.ann.default_band_start` (~1/30 of
+    """Size of the first extreme-norm band: :func:`normrank.search.ann.default_band_start` (~1/30 of
     the documents, at most 8 x ``hnsw_ef``, at most 2048 for an exact search), or ``n_tail``."""
     return int(min(n, default_band_start(n, params) if n_tail is None else int(n_tail)))
 
 
 def search_depths(n: int, k: int, k_factor: int, params: dict[str, int]) -> tuple[int, int]:
     """``(depth, trust)``: the cosine depth fetched outside the band
-    (:func:`normrank.ann.default_start`) and the rank whose cosine bounds every document not
-    fetched (:func:`normrank.ann.default_trust_depth`: an eighth of ``hnsw_ef``; all of the
+    (:func:`normrank.search.ann.default_start`) and the rank whose cosine bounds every document not
+    fetched (:func:`normrank.search.ann.default_trust_depth`: an eighth of ``hnsw_ef``; all of the
     depth for an exact search). Trusting the whole depth instead made the widened band a few
     times smaller but lost recall through the graph's misses (26,953 real MiniLM embeddings,
     hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting rank 64;

@@ -24,16 +24,16 @@ with the bands scanned exactly and their size chosen per query).
   its chunks by doubling instead, so that one deep query does not drag the others along, and
   within a chunk each query stops at the segment its bound needs (one BLAS product per
   segment, for the queries still scanning; the weight multiplied in and the candidates
-  skipped as FAISS's heap takes the scores, :func:`normrank.kernels.heap_add_scanned`).
+  skipped as FAISS's heap takes the scores, :func:`normrank.search.kernels.heap_add_scanned`).
 
 A single query (the latency case) reads the scanned prefix through an int8 copy first
-(:mod:`normrank.quantized_scan`: per-row scale and an exact bound of the quantisation error,
+(:mod:`normrank.search.quantized_scan`: per-row scale and an exact bound of the quantisation error,
 so that each row's int8 inner product plus its bound is a rigorous upper bound of the fp32
 score) and scores exactly, by FAISS's own fp32 inner product, only the rows whose bound can beat
 the current k-th score: the same top-k, scores and tie order as the fp32 scan, bit for bit, in
 a quarter of the bytes read (27k real MiniLM embeddings, alpha = 1: ~4.9k rows scanned, 7.5 MB
 fp32 -> 1.9 MB int8 a query). The whole post-search stage runs as one compiled numba call
-(:func:`normrank._quantized_kernel.scan_one`); without numba the fp32 scan gives the same
+(:func:`normrank.search._quantized_kernel.scan_one`); without numba the fp32 scan gives the same
 results. The int8 copy costs ``d + 8`` bytes per scanned row, on top of the fp32 copy.
 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
@@ -49,12 +49,12 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from normrank import quantized_scan
-from normrank.faiss_info import ann_params
-from normrank.kernels import heap_add_scanned
-from normrank.quantized_scan import QuantizedRows
+from normrank.search import quantized_scan
+from normrank.search.faiss_info import ann_params
+from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
+from normrank.search.kernels import heap_add_scanned
+from normrank.search.quantized_scan import QuantizedRows
 from normrank.settings import WEIGHT_CACHE_ENTRIES
-from normrank.topk import SMALL_NQ, inner_products, inner_products_small
 
 __all__ = [
     "AnnStats",
@@ -69,7 +69,7 @@ __all__ = [
     "unseen_bound",
 ]
 
-# scan_one's answers (normrank._quantized_kernel).
+# scan_one's answers (normrank.search._quantized_kernel).
 _DONE, _FALLBACK, _GROW = 0, 1, 2
 
 # A batch's weight-order scan grows by this factor per round, and never past what its deepest
@@ -258,7 +258,7 @@ class WeightOrder:
         self._fetch = fetch
         self._vectors: np.ndarray | None = None
         self._sorted: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
-        # Single-query scans bound each row with an int8 copy first (normrank.quantized_scan);
+        # Single-query scans bound each row with an int8 copy first (normrank.search.quantized_scan);
         # None: wherever that runs (numba present, d large enough). False: fp32 only.
         self.quantized = quantized
         self._codes: QuantizedRows | None = None
@@ -425,7 +425,7 @@ def adaptive_search(
 
 class _BatchHeaps:
     """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks,
-    filled by the compiled kernel (:func:`normrank.kernels.heap_add_scanned`: weight multiplied
+    filled by the compiled kernel (:func:`normrank.search.kernels.heap_add_scanned`: weight multiplied
     in, candidates skipped) or, without numba, by a numpy multiply and FAISS's ``addn``."""
 
     def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand_rank: np.ndarray) -> None:
@@ -585,7 +585,7 @@ def _search_one(
 
 
 def _fused_one(fused, q, cos, pos, weights, order: WeightOrder, k, trust, band_start, stats):
-    """The scan of :func:`_search_one` in one compiled call (:func:`normrank._quantized_kernel.
+    """The scan of :func:`_search_one` in one compiled call (:func:`normrank.search._quantized_kernel.
     scan_one`: the same candidates, bound, chunks and scores); None where that call leaves the
     case to the numpy path (pads, tombstones, non-finite scores)."""
     scan_one, address = fused

@@ -1,6 +1,6 @@
 """Exact norm-weighted flat search in torch, on any torch device (GPU or CPU).
 
-Same name and shapes as :func:`normrank.topk.weighted_flat_search`; the documents are moved to
+Same name and shapes as :func:`normrank.search.flat.weighted_flat_search`; the documents are moved to
 the device once (:class:`TorchFlatStore`) and the kernel streams query/document blocks through
 one matmul, one in-place multiply by the weights and ``torch.topk``.
 

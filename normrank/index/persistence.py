@@ -1,5 +1,5 @@
 """Atomic, checksummed, pickle-free saving and loading of a NormIndex's
-:class:`~normrank.index_state.IndexState` (this module never sees the index class).
+:class:`~normrank.index.state.IndexState` (this module never sees the index class).
 
 A saved index is a directory::
 
@@ -41,9 +41,9 @@ import faiss
 import numpy as np
 
 from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError, SaveError
-from normrank.faiss_info import ann_params, inner_index, is_gpu, is_idmap, ivf_of, stored_ids
-from normrank.faiss_io import read_faiss_index
-from normrank.index_state import IndexState, check_state
+from normrank.index.faiss_io import read_faiss_index
+from normrank.index.state import IndexState, check_state
+from normrank.search.faiss_info import ann_params, inner_index, is_gpu, is_idmap, ivf_of, stored_ids
 
 __all__ = ["FORMAT_VERSION", "load_state", "save_path", "save_state"]
 

@@ -1,16 +1,16 @@
 """How a NormIndex search runs, in one place: queries grouped by alpha, then the flat kernel
-(:mod:`normrank.topk`, or :mod:`normrank.backends.torch_flat` on a device) for flat storage, or
-the ANN method (:mod:`normrank.ann`) for IVF / HNSW; positions mapped back to ids."""
+(:mod:`normrank.search.flat`, or :mod:`normrank.search.torch_flat` on a device) for flat storage, or
+the ANN method (:mod:`normrank.search.ann`) for IVF / HNSW; positions mapped back to ids."""
 
 from __future__ import annotations
 
 import faiss
 import numpy as np
 
-from normrank import ann as _ann
-from normrank.faiss_info import ann_params, flat_storage
-from normrank.search_cache import SearchCache
-from normrank.topk import weighted_flat_search
+from normrank.search import ann as _ann
+from normrank.search.cache import SearchCache
+from normrank.search.faiss_info import ann_params, flat_storage
+from normrank.search.flat import weighted_flat_search
 from normrank.validation import (
     MAX_ABS_ALPHA,
     MAX_RESULT_ENTRIES,
@@ -129,7 +129,7 @@ def search_into(
 def _ann_plan(
     index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann, n_tail, max_depth
 ):
-    """The keyword arguments of :func:`normrank.ann.adaptive_search` for one alpha: kept in the
+    """The keyword arguments of :func:`normrank.search.ann.adaptive_search` for one alpha: kept in the
     cache per (alpha, k, over-fetch, index breadth, options), since they are the same for every
     query of an index state (rebuilding them costs about as much as a small index search)."""
     params = ann_params(inner)  # read every call: FAISS's breadth can change under us
@@ -160,7 +160,7 @@ def _ann_plan(
 def _search_flat(flat, weights, unit_q, k, alpha, cache: SearchCache, device: str | None):
     storage = flat_storage(flat)
     if device is not None:
-        from normrank.backends import torch_flat
+        from normrank.search import torch_flat
 
         if cache.device is None:
             cache.device = torch_flat.TorchFlatStore(storage, device)
