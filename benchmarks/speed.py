@@ -11,6 +11,8 @@ One run measures:
     qdrant-client's local mode, which evaluates formula queries in Python (not Qdrant's engine);
   * qdrant-edge (``--only qdrant-edge``, benchmarks/qdrant_edge_bench.py): QdrantEdgeNormIndex vs
     a plain Qdrant Edge nearest query on the same shard and HNSW parameters (Qdrant's engine).
+  * pgvector (``--only pgvector``, benchmarks/pgvector_bench.py): PgVectorNormIndex vs a plain
+    pgvector HNSW query on the same PostgreSQL table, m / ef_construction / ef_search.
 
 Recall is against the exact norm-weighted top-10 (numpy; tied scores count alike, see
 ``recall``). Latency ratios are medians over interleaved repetitions (the machine may be
@@ -70,7 +72,7 @@ K = 10
 # (on a machine shared with other jobs it leaves out the time the OS ran them instead).
 CLOCK = time.perf_counter
 # --only names. A new section adds its name here and its block in main().
-SECTIONS = ("flat", "ivf", "hnsw", "qdrant-edge", "qdrant")
+SECTIONS = ("flat", "ivf", "hnsw", "qdrant-edge", "qdrant", "pgvector")
 # nq = 1 rows time this many queries one call at a time; fewer would leave recall at the mercy of
 # a few misses (50 queries: one miss is 0.002).
 SINGLE_QUERIES = 100
@@ -291,7 +293,8 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
     variants = {backend: lambda z, a: ni.search(z, K, alpha=a)[1]}
     build_s = {backend: t_build_nr}
     if evaluate_alternatives:
-        over = NormIndex.from_faiss(plain, norms=norms)  # the same index, re-scored by over-fetching
+        # The same index, re-scored by over-fetching (ids 0..n-1: an IVF needs the mapping).
+        over = NormIndex.from_faiss(plain, norms=dict(enumerate(norms.tolist())))
         over.ann = "overfetch"
         variants[f"{backend}/overfetch"] = lambda z, a: over.search(z, K, alpha=a)[1]
         lk = IdLookup(np.arange(n))
@@ -589,6 +592,19 @@ def main() -> None:
         )
         bench_edge(
             xe, qe_, alphas, edge_reps, rows, f"minilm-like-{edge_n // 1000}k", single_queries=SINGLE_QUERIES
+        )
+    if "pgvector" in only:
+        from pgvector_bench import bench_pgvector
+
+        bench_pgvector(docs, queries, alphas, reps, rows, real_label, single_queries=SINGLE_QUERIES)
+        pg_n = args.synthetic_n or 100_000
+        xp, qp = (
+            syn
+            if syn is not None and syn[0].shape[0] == pg_n
+            else synthetic_like(docs, queries, pg_n, 1000, seed=2)
+        )
+        bench_pgvector(
+            xp, qp, alphas, reps, rows, f"minilm-like-{pg_n // 1000}k", single_queries=SINGLE_QUERIES
         )
     if "qdrant" in only:
         m = 3000 if quick else 10000

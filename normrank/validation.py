@@ -22,6 +22,7 @@ __all__ = [
     "MAX_ABS_ALPHA",
     "MAX_ID",
     "MAX_RESULT_ENTRIES",
+    "OPTION_BOUNDS",
     "Checked",
     "as_alpha",
     "as_ann",
@@ -32,6 +33,7 @@ __all__ = [
     "as_k",
     "as_k_factor",
     "as_one_id",
+    "as_option",
     "as_positive_int",
     "as_vectors",
     "as_weights",
@@ -215,11 +217,40 @@ def as_ids(ids: ArrayLike, n: int | None = None) -> np.ndarray:
     return out
 
 
+# The one table of integer option bounds, for NormIndex and every backend (Qdrant client and Edge,
+# pgvector): a value past these is a mistake that would overflow the engine's integers or allocate
+# per query (hnsw_ef = 2**64 made every Edge search raise OverflowError). Names as the options are
+# spelt; FAISS's efSearch, Qdrant's hnsw_ef and pgvector's ef_search are one beam, one bound.
+OPTION_BOUNDS: dict[str, tuple[int, int]] = {
+    "ef_search": (1, 1 << 16),
+    "hnsw_ef": (1, 1 << 16),
+    "ef_construct": (1, 1 << 16),
+    "ef_construction": (1, 1 << 16),
+    "m": (1, 1 << 12),  # HNSW links per node
+    "k_factor": (1, 1 << 20),
+    "n_tail": (0, (1 << 62) - 1),
+    "max_depth": (0, (1 << 62) - 1),
+    "max_search_threads": (1, 1 << 12),
+    "indexing_threshold_kb": (0, 1 << 40),
+    "dim": (1, 1 << 20),
+}
+
+
+def as_option(value: object, name: str, *, allow_none: bool = False) -> int | None:
+    """An integer option within :data:`OPTION_BOUNDS` ``[name]`` (bools refused; ``None`` only with
+    ``allow_none``, an option's "default"). The error names the option and its range."""
+    lo, hi = OPTION_BOUNDS[name]
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not lo <= value <= hi:
+        default = " or None" if allow_none else ""
+        raise InvalidParameterError(f"{name} must be an integer in [{lo}, {hi}]{default}, got {value!r}")
+    return int(value)
+
+
 def as_k_factor(value: object) -> int:
     """An ANN over-fetch factor: an integer in [1, 2**20]."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= 1 << 20:
-        raise InvalidParameterError(f"k_factor must be an integer in [1, {1 << 20}], got {value!r}")
-    return int(value)
+    return int(as_option(value, "k_factor"))  # type: ignore[arg-type]
 
 
 ANN_METHODS = ("adaptive", "overfetch")
@@ -233,7 +264,9 @@ def as_ann(value: object) -> str:
 
 
 def as_positive_int(value: object, name: str) -> int:
-    """An integer >= 1 (bools refused)."""
+    """An integer >= 1 (bools refused), and within :data:`OPTION_BOUNDS` where ``name`` is there."""
+    if name in OPTION_BOUNDS:
+        return int(as_option(value, name))  # type: ignore[arg-type]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)

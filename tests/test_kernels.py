@@ -90,8 +90,16 @@ def test_flat_search_same_without_numba(without_numba, nq):
     sys.modules["numba"] = NUMBA  # numba importable again
     assert kernels.heap_kernel() == "numba"
     s, p = weighted_flat_search(u, w, qu, 10)
-    np.testing.assert_array_equal(p, p_fallback)
-    np.testing.assert_allclose(s, s_fallback, rtol=1e-6)
+    if nq <= u.shape[1]:
+        # Both paths: the same product calls on the same blocks, then one float32 multiply by
+        # the weight (in the kernel, or numpy's in place): the same bits, the same heap ties.
+        np.testing.assert_array_equal(p, p_fallback)
+        np.testing.assert_array_equal(s, s_fallback)
+    else:
+        # More queries than dimensions: without numba the weights scale the documents before
+        # the product (fewer multiplies), another rounding: equal up to float32 rounding and ties.
+        np.testing.assert_allclose(s, s_fallback, rtol=1e-5)
+        assert_same_topk(ref, np.arange(3000), s_fallback, p_fallback, 10)
     assert_same_topk(ref, np.arange(3000), s, p, 10)
 
 
@@ -148,6 +156,8 @@ def test_ann_batch_same_without_numba(without_numba, alpha):
     sys.modules["numba"] = NUMBA
     assert kernels.heap_kernel() == "numba"
     s, p = idx.search(q, 10, alpha=alpha)  # the kernel is chosen per search
+    # Exact: the same candidate search and the same product calls on the same chunks (each
+    # chunk's extent follows from the heaps, equal by induction), then one float32 multiply.
     np.testing.assert_array_equal(p, p_fallback)
     np.testing.assert_array_equal(s, s_fallback)
 

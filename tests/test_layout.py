@@ -23,6 +23,7 @@ LAYER = {
     "backends": 3,  # Qdrant, Postgres: the same interface as NormIndex
     "sweep": 4,
     "probe": 4,
+    "train": 4,  # trains a projection head (the paper's Section 5), writes an encoder folder
     "normrank": 5,  # the package's public facade (normrank/__init__.py)
     "cli": 6,
 }

@@ -184,10 +184,10 @@ def test_without_widening_the_answer_is_wrong(syn, alpha, monkeypatch):
 def test_widened_ranges_are_asked_again_while_full(syn, alpha, monkeypatch):
     """Ranges of the widened band that return their whole (here tiny) limit are asked again,
     deeper, until the bound holds; without that the answer is wrong."""
-    from normrank.backends import qdrant_edge
+    from normrank.backends import edge_requests, qdrant_edge
 
     ei, ref, q, _ = syn
-    monkeypatch.setattr(qdrant_edge, "_PART_LIMIT", 1)
+    monkeypatch.setattr(edge_requests, "_PART_LIMIT", 1)
     calls = []
     query = QdrantEdgeNormIndex._query
     monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: calls.append(len(r)) or query(self, r))
@@ -462,10 +462,10 @@ def test_cosine_first_round_then_formula_is_exact(syn_cosine_first, alpha):
 def test_first_band_seen_in_part_is_searched_again(syn_cosine_first, alpha, monkeypatch):
     """The first band returns only its best cosines (here 3 of 300): where the bound does not
     clear the rest, the band is searched again with the ranges of the second round."""
-    from normrank.backends import qdrant_edge
+    from normrank.backends import edge_requests
 
     ei, ref, q = syn_cosine_first
-    monkeypatch.setattr(qdrant_edge, "_FIRST_LIMIT", 3)
+    monkeypatch.setattr(edge_requests, "FIRST_LIMIT", 3)
     monkeypatch.setattr(ei, "n_tail", 300)
     reqs = []
     query = QdrantEdgeNormIndex._query
@@ -488,3 +488,193 @@ def test_option_set_after_construction_is_checked(small, attr, bad):
     assert getattr(ei, attr) == before  # refused, not stored
     with pytest.raises(InvalidParameterError, match=attr):
         QdrantEdgeNormIndex(ei.path, **{attr: bad})  # the constructor says the same
+
+
+# -- issue 25: the core's guarantees on the Edge backend ---------------------------------------
+
+
+def test_default_ids_never_reuse_a_removed_id(tmp_path):
+    """Item 3: add 5, remove id 4, add 1 gave id 4 (NormIndex gives 5); after a reopen too."""
+    x, _ = clustered(10, 1, d=8, seed=3)
+    ref = NormIndex(8)
+    ref.add(x[:5])
+    ref.remove([4])
+    ei = QdrantEdgeNormIndex(tmp_path / "r", 8, exact=True)
+    ei.add(x[:5])
+    ei.remove([4])
+    assert ei.add(x[5:6]).tolist() == ref.add(x[5:6]).tolist() == [5]
+    ei.remove([5])
+    ei.close()
+    again = QdrantEdgeNormIndex(tmp_path / "r")
+    assert again.add(x[6:7]).tolist() == [6]  # the removed 5 is not handed out after a reopen
+    again.add(x[7:8], ids=[40])
+    again.remove([40])
+    assert again.add(x[8:9]).tolist() == [41]
+    again.close()
+
+
+@pytest.mark.parametrize("bad", [1e-50, 1e-40, 1e39, 0.0, -1.0, np.nan, np.inf])
+def test_set_weights_runs_the_core_weight_check(small, bad):
+    """Item 7: 1e-50 was stored as 0.0 (then alpha < 0 failed and the shard no longer opened),
+    subnormals were stored, 1e39 raised the engine's untyped ValueError. Refused as NormIndex
+    refuses them, and nothing changes."""
+    ei, x, q = small
+    w = np.ones(len(ei))
+    w[7] = bad
+    ref = NormIndex(8)
+    ref.add(x)
+    with pytest.raises(InvalidInputError):
+        ref.set_weights(w)
+    before = ei.search(q, 5, alpha=-1.0)
+    with pytest.raises(InvalidInputError):
+        ei.set_weights(w)
+    with pytest.raises(InvalidInputError):
+        ei.add(x[:1], weights=[bad])
+    for a, b in zip(before, ei.search(q, 5, alpha=-1.0), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_clear_weights_clears_every_weight_and_the_shard_reopens(tmp_path):
+    """Item 7: clear_weights filtered on weight > 0 and left a stored 0.0 behind; it now deletes
+    the weight of every point, and a shard holding weights set_weights refuses is a typed error."""
+    import qdrant_edge as qe
+
+    x, q = clustered(40, 3, d=8, seed=5)
+    ei = QdrantEdgeNormIndex(tmp_path / "w", 8, exact=True)
+    ids = ei.add(x)
+    ei.set_weights(np.r_[np.full(20, np.finfo(np.float32).tiny), np.full(20, 3e38)])  # the edges
+    assert_same_top(*ei.search(q, 10, alpha=-16.0), *_weighted_ref(x, ids, ei._weights, q, -16.0))
+    ei.shard.update(qe.UpdateOperation.set_payload([int(ids[0])], {"weight": 0.0}))  # as the old bug
+    ei.clear_weights()
+    assert not any("weight" in (r.payload or {}) for r in ei.shard.retrieve(ids.tolist(), True, False))
+    ei.close()
+    again = QdrantEdgeNormIndex(tmp_path / "w", exact=True)
+    assert again._weights is None
+    assert_same_top(*again.search(q, 10, alpha=-1.0), *exact_search(x, ids, q, -1.0))
+    again.shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=int(i), vector=[1.0] * 8,
+                       payload={"norm": 1.0, "weight": 0.0}) for i in ids]))  # fmt: skip
+    again.close()
+    with pytest.raises(IndexStateError, match="custom weights"):
+        QdrantEdgeNormIndex(tmp_path / "w")
+
+
+def _weighted_ref(x, ids, w, q, alpha):
+    ref = NormIndex(x.shape[1])
+    ref.add(x, ids)
+    ref.set_weights(w, ids)
+    return ref.search(q, 10, alpha=alpha)
+
+
+SATURATING = [
+    ("1e20", lambda rng, n: np.full(n, 1e20), 2.0),
+    ("1e-3", lambda rng, n: np.full(n, 1e-3), -16.0),
+    ("1e10", lambda rng, n: np.full(n, 1e10), 4.0),
+    ("spread", lambda rng, n: 10.0 ** rng.uniform(-30, 30, n), 16.0),
+    ("spread", lambda rng, n: 10.0 ** rng.uniform(-30, 30, n), -16.0),
+    ("some", lambda rng, n: np.r_[np.full(20, 1e20), rng.lognormal(0, 0.4, n - 20)], 2.0),
+    ("some", lambda rng, n: np.r_[np.full(20, 1e-20), rng.lognormal(0, 0.4, n - 20)], -3.0),
+]
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize(
+    ("name", "norms", "alpha"), SATURATING, ids=lambda v: v if isinstance(v, str) else None
+)
+def test_powers_beyond_float32_saturate_as_in_normindex(tmp_path, name, norms, alpha, exact):
+    """Item 8: norms whose alpha-power leaves float32's range made the engine cancel the query
+    ("Operation cancelled") or the band's ranges divide by zero. NormIndex saturates w**alpha at
+    WEIGHT_CAP and returns every document: the engine's formula now saturates the same way."""
+    rng = np.random.default_rng(len(name))
+    n = 300
+    u = rng.normal(size=(n, 8))
+    x = u / np.linalg.norm(u, axis=1, keepdims=True) * norms(rng, n)[:, None]
+    q = rng.normal(size=(5, 8))
+    ei = QdrantEdgeNormIndex(tmp_path / "s", 8, exact=exact)
+    ids = ei.add(x)
+    ref = exact_search(x, ids, q, alpha)
+    assert_same_top(*ei.search(q, 10, alpha=alpha), *ref)
+    s, got = ei.search(q, n, alpha=alpha)  # every document returned, with a real score
+    assert (got >= 0).all() and np.isfinite(s).all()
+    ei.set_weights(norms(rng, n).astype(np.float32).clip(np.finfo(np.float32).tiny, 3e38))
+    s, got = ei.search(q, n, alpha=alpha)
+    assert (got >= 0).all() and np.isfinite(s).all()
+    ei.close()
+
+
+_SECOND_OPENER = textwrap.dedent(
+    """
+    import sys
+    from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
+    from normrank.errors import IndexStateError
+    try:
+        QdrantEdgeNormIndex(sys.argv[1])
+    except IndexStateError as e:
+        print("typed:", e)
+    else:
+        print("opened")
+    """
+)
+
+
+def test_a_second_opener_is_refused_and_the_first_is_untouched(tmp_path):
+    """Item 9: a second process opening an open shard raised the WAL's untyped WouldBlock, and
+    every later flush / close of the first failed. The folder's lock is checked before the
+    engine is touched: a typed "in use" error, here or in another process, and the first goes on."""
+    x, q = clustered(50, 3, d=8, seed=9)
+    ei = QdrantEdgeNormIndex(tmp_path / "l", 8, exact=True)
+    ei.add(x)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _SECOND_OPENER, str(tmp_path / "l")], env=env,
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert out.startswith("typed:") and "in use" in out, out
+    with pytest.raises(IndexStateError, match="in use"):
+        QdrantEdgeNormIndex(tmp_path / "l")  # this process too
+    ei.add(x[:3])
+    ei.flush()
+    before = ei.search(q, 10, alpha=-1.0)
+    ei.close()
+    again = QdrantEdgeNormIndex(tmp_path / "l", exact=True)  # closed: the lock is released
+    assert len(again) == 53
+    for a, b in zip(before, again.search(q, 10, alpha=-1.0), strict=True):
+        np.testing.assert_array_equal(a, b)
+    del again  # dropped without close: the lock goes with it
+    QdrantEdgeNormIndex(tmp_path / "l").close()
+
+
+@pytest.mark.parametrize("bad", [[3.7], ["3"], [None], [np.nan], [[1]], [True], 2**70, [-1]])
+def test_ids_are_parsed_by_the_core_parser(small, bad):
+    """Item 10: norm_of([3.7]) and norm_of(['3']) returned id 3's norm; [None], [nan], [[1]]
+    raised TypeError / ValueError. The core's as_id_list refuses them all, as NormIndex does."""
+    ei, x, _q = small
+    ref = NormIndex(8)
+    ref.add(x)
+    with pytest.raises(InvalidInputError):
+        ref.norm_of(bad)
+    with pytest.raises(InvalidInputError):
+        ei.norm_of(bad)
+    with pytest.raises(InvalidInputError):
+        ei.remove(bad)
+    assert len(ei) == 60
+    np.testing.assert_array_equal(ei.norm_of(np.array([3.0])), ref.norm_of([3]))  # 3.0 is an id
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"hnsw_ef": 2**64}, {"hnsw_ef": 65_537}, {"max_search_threads": -1}, {"max_search_threads": 2**64},
+     {"indexing_threshold_kb": -5}, {"indexing_threshold_kb": 2**64}, {"ef_construct": 2**64}, {"m": 2**40},
+     {"max_search_threads": True}],
+)  # fmt: skip
+def test_options_have_the_core_bounds(tmp_path, bad):
+    """Item 11: hnsw_ef = 2**64 was accepted (then every search raised OverflowError), and
+    max_search_threads = -1 / indexing_threshold_kb = -5 raised OverflowError. The bounds are
+    the one table of validation.OPTION_BOUNDS (efSearch <= 65,536, as NormIndex's)."""
+    with pytest.raises(InvalidParameterError, match=next(iter(bad))):
+        QdrantEdgeNormIndex(tmp_path / "o", 8, **bad)
+    assert not (tmp_path / "o").exists()  # refused before anything was created
+    ei = QdrantEdgeNormIndex(tmp_path / "p", 8, hnsw_ef=65_536, max_search_threads=2, indexing_threshold_kb=0)
+    with pytest.raises(InvalidParameterError, match="hnsw_ef"):
+        ei.hnsw_ef = 2**64
+    ni = NormIndex(8, factory="HNSW8")
+    with pytest.raises(InvalidParameterError):
+        ni.efSearch = 65_537  # the same bound
+    ei.close()

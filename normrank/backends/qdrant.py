@@ -22,7 +22,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
-from normrank.search.norm_band import bound_holds, first_band, hnsw_params, start_search
+from normrank.search.norm_band import (
+    LOG_WEIGHT_CAP,
+    bound_holds,
+    first_band,
+    hnsw_params,
+    powered,
+    saturates,
+    start_search,
+)
 from normrank.validation import Checked, as_alpha, as_count, as_ids, as_k_factor, as_vectors, split_norms
 
 __all__ = ["QdrantNormIndex"]
@@ -208,7 +216,7 @@ class QdrantNormIndex:
         else:
             prefetch.append(m.Prefetch(query=vec, limit=depth))
         cos = m.SumExpression(sum=[f"$score[{i}]" for i in range(len(prefetch))])
-        formula = m.MultExpression(mult=[cos, m.PowExpression(pow=m.PowParams(base=_NORM, exponent=alpha))])
+        formula = m.MultExpression(mult=[cos, self._weight_expr(alpha)])
         defaults = {f"$score[{i}]": 0.0 for i in range(len(prefetch))}
         return m.QueryRequest(
             prefetch=prefetch,
@@ -216,6 +224,17 @@ class QdrantNormIndex:
             limit=depth + band,
             with_payload=[_NORM],
         )
+
+    def _weight_expr(self, alpha: float) -> Any:
+        """``norm ** alpha``; where a stored norm's power passes the cap, the core's saturation
+        instead (``exp(min(alpha * ln norm, ln WEIGHT_CAP))``): Qdrant refuses a score beyond
+        float32 (and local mode overflows), where NormIndex returns ties at the cap."""
+        m = _models()
+        st = self._norm_stats()
+        if st["n"] and saturates(st["min"], st["max"], alpha):
+            log_w = m.MultExpression(mult=[alpha, m.LnExpression(ln=_NORM)])
+            return m.ExpExpression(exp=m.MinExpression(min=[log_w, LOG_WEIGHT_CAP]))
+        return m.PowExpression(pow=m.PowParams(base=_NORM, exponent=alpha))
 
     @staticmethod
     def _range(r: Any) -> Any:
@@ -289,16 +308,22 @@ class QdrantNormIndex:
         rest = (norms <= tau if alpha > 0 else norms >= tau) if band else np.ones(norms.size, dtype=bool)
         if rest.sum() < depth:  # the rest had fewer points than asked for: all were fetched
             return None
-        w_edge = tau**alpha  # with no band, tau is the extreme norm: the largest weight
-        w_lo = min(st["min"] ** alpha, st["max"] ** alpha)
-        c_last = float(np.min(s[rest] / norms[rest] ** alpha))
+        # Weights saturated as the core's (the formula's own): never inf, 0 where they underflow.
+        w_edge = float(powered(tau, alpha))  # with no band, tau is the extreme norm: the largest weight
+        w_lo = float(min(powered(st["min"], alpha), powered(st["max"], alpha)))
+        w_rest = powered(norms[rest], alpha)
+        # A weight that underflowed hides its cosine: count it as 1 (the band then widens).
+        c_last = float(np.min(np.divide(s[rest], w_rest, out=np.ones_like(w_rest), where=w_rest > 0)))
         kth = s[k - 1] if len(pts) >= k else -np.inf
         if bound_holds(kth, c_last, w_edge, w_lo):
             return None
         everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
         if c_last <= 0 or kth <= 0:  # the bound cannot shrink: every point goes in the band
             return everything
-        # A hair further out than the bound needs, against float rounding.
-        edge = (kth / c_last) ** (1 / alpha) * (1 - 1e-6 if alpha > 0 else 1 + 1e-6)
+        # A hair further out than the bound needs, against float rounding (in logs: kth / c_last
+        # may be beyond float range at saturated weights).
+        with np.errstate(over="ignore", under="ignore"):
+            edge = float(np.exp((np.log(kth) - np.log(c_last)) / alpha))
+        edge *= 1 - 1e-6 if alpha > 0 else 1 + 1e-6
         moved_out = edge < tau if alpha > 0 else edge > tau
         return edge if moved_out else everything

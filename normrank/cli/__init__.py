@@ -8,7 +8,7 @@ import sys
 
 from normrank.cli.app import app
 
-for _module in ("index", "sweep", "diagnose", "probe"):
+for _module in ("index", "sweep", "diagnose", "probe", "depthset", "train"):
     try:
         importlib.import_module(f"normrank.cli.{_module}")
     except ModuleNotFoundError as e:  # a command module not present in this build

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from normrank.cli.app import app
+from normrank.cli.sweep import user_errors
 from normrank.settings import DEFAULT_ALPHAS, DEFAULT_BETAS, DEFAULT_FOLDS, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
 
@@ -28,25 +29,25 @@ def diagnose_command(
     data_dir: Path = typer.Option(None, help="Where BEIR dataset names are looked up first."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
     quiet: bool = typer.Option(False, help="No progress bars."),
+    by_depth: bool = typer.Option(
+        False, "--by-depth", help="Also per query-depth bucket and the gradient test (heading paths)."
+    ),
 ) -> None:
     """Norm spread, norm-length correlation, CV gains of norm / length / residual with p-values,
     the permutation p, pooled calibration, and a one-sentence verdict (plus a figure)."""
     from rich.console import Console
 
-    from normrank.errors import NormrankError
     from normrank.sweep.diagnosis import diagnose
     from normrank.sweep.plot import plot_diagnosis
     from normrank.sweep.report import write_json
 
     err = Console(stderr=True)
-    try:
+    with user_errors():
         dg = diagnose(
             data, model, alphas=alphas, betas=betas, permutations=permutations, folds=folds, seed=seed,
             length_unit=length_unit, data_dir=data_dir, split=split, show_progress=not quiet,
+            by_depth=by_depth,
         )  # fmt: skip
-    except NormrankError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
     summary = dg.to_json()
     out.mkdir(parents=True, exist_ok=True)
     plot_diagnosis(dg.run, dg.verdict, out / "diagnosis.png")
@@ -75,6 +76,10 @@ def diagnose_command(
         print(f"| {name} | {', '.join(f'{g:g}' for g in e['cv_gammas']) or '-'} | {e['auroc']:.3f} | "
               f"{e['threshold_precision']:.3f} ({e['threshold_f1']:.3f}) |")  # fmt: skip
     print(f"\n{dg.verdict}")
+    if dg.run.by_depth:
+        from normrank.sweep.depth_report import depth_sections
+
+        print(depth_sections([dg.run]))
     err.print(
         f"wrote {out}/diagnosis.png, calibration.json, sweep.json" + (f", {json_out}" if json_out else "")
     )

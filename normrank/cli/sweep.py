@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
 from normrank import settings
 from normrank.cli.app import app
+from normrank.errors import NormrankError
 from normrank.sweep.metrics import METRICS
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A :class:`NormrankError` becomes one ``error:`` line on stderr and exit code 2 (no
+    traceback); each warning while the block runs becomes one ``warning:`` line."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        typer.echo(f"warning: {message}", err=True)
+
+    before = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    except NormrankError as e:
+        typer.echo("error: " + " ".join(str(e).splitlines()), err=True)
+        raise typer.Exit(2) from e
+    finally:
+        warnings.showwarning = before
 
 
 @app.command("sweep")
@@ -63,7 +86,6 @@ def sweep_command(
     """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
     from rich.console import Console
 
-    from normrank.errors import NormrankError
     from normrank.sweep import run_sweep
     from normrank.sweep.report import controls_table, markdown_table, write_all
 
@@ -83,7 +105,7 @@ def sweep_command(
             )
         err.print(line)
 
-    try:
+    with user_errors():
         runs = run_sweep(
             data, model, alphas=alphas, metrics=metrics, folds=folds, by_depth=by_depth, weights=weights,
             data_dir=data_dir, split=split, batch_size=batch_size, show_progress=not quiet,
@@ -91,10 +113,11 @@ def sweep_command(
             permutations=permutations, length_unit=length_unit, ranx_check=ranx_check,
         )  # fmt: skip
         write_all(runs, out)
-    except NormrankError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
     print(markdown_table(runs))
     if any(r.controls for r in runs):
         print(controls_table(runs))
+    if any(r.by_depth for r in runs):
+        from normrank.sweep.depth_report import depth_sections
+
+        print(depth_sections(runs))
     err.print(f"wrote {out}/sweep.json, sweep.md, sweep.png, per_query.csv")

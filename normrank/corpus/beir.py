@@ -7,23 +7,29 @@ query "1" and document "1" are unrelated, so BEIR's ``ignore_identical_ids`` mus
 
 from __future__ import annotations
 
-import csv
 import json
+import math
 import os
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from normrank.errors import InvalidInputError, MissingDependencyError, NormrankError
+from normrank.errors import DuplicateIdError, InvalidInputError, MissingDependencyError, NormrankError
 
 __all__ = [
     "Dataset",
     "DatasetNotFoundError",
     "available_splits",
     "depth_bucket",
+    "load_beir_folder",
     "load_dataset",
     "query_depth",
+    "read_jsonl",
+    "read_qrels",
     "resolve_beir_folder",
+    "validate_dataset",
 ]
 
 _BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{}.zip"
@@ -65,6 +71,7 @@ class Dataset:
     qrels: dict[str, dict[str, int]]
     split: str = "test"
     source: str = ""
+    qrels_path: str = ""  # the qrels file read, for messages ("" when not read from a file)
 
     def query_depth(self, qid: str) -> int:
         """Heading depth of query ``qid`` (see :func:`query_depth`)."""
@@ -83,23 +90,236 @@ class Dataset:
         return len(self.doc_ids)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+_UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+_TEXT_TYPES = (str, int, float)  # a title or text BEIR writes (numbers are read as their text)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number from 1, text)`` of every non-blank line of a UTF-8 file, checked as read.
+
+    Lines end at ``\\n`` only (a U+2028 inside a JSON string is no line end); a trailing ``\\r``
+    and a leading UTF-8 byte-order mark (editors write one) are dropped.
+
+    Raises:
+        InvalidInputError: the file cannot be read, or a line is not UTF-8 (file and line named).
+    """
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise InvalidInputError(f"{path}: cannot be read ({e.strerror or e})") from e
+    with f:
+        for no, raw in enumerate(f, 1):
+            if no == 1 and raw.startswith(_UTF16_MARKS):
+                raise InvalidInputError(
+                    f"{path}:1: the file is UTF-16 (it starts with a UTF-16 mark): save it as UTF-8"
+                )
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InvalidInputError(
+                    f"{path}:{no}: not UTF-8 (byte {raw[e.start]:#04x} at byte {e.start + 1} of the line): "
+                    "save the file as UTF-8"
+                ) from e
+            text = text.removeprefix("\ufeff").rstrip("\r\n")
+            if text.strip():
+                yield no, text
+
+
+def _json_kind(value: object) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def read_jsonl(
+    path: str | Path, what: str = "row", fields: Sequence[str] = ()
+) -> tuple[list[str], list[dict]]:
+    """``(ids, rows)`` of a BEIR ``corpus.jsonl`` / ``queries.jsonl``, every line validated.
+
+    Each non-blank line must be one JSON object with an ``_id`` (a string or an integer, read as
+    its text, not empty) unique in the file; each of ``fields`` present must be a string, a number
+    or null. A UTF-8 byte-order mark is accepted.
+
+    Raises:
+        InvalidInputError: a line that is not UTF-8, not JSON, not an object, without ``_id``, or a
+            field of the wrong type; or a file without rows. The message names the file and line.
+        DuplicateIdError: an ``_id`` seen before (both lines named).
+    """
+    path = Path(path)
+    ids: list[str] = []
+    rows: list[dict] = []
+    first: dict[str, int] = {}
+    for no, text in _lines(path):
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(
+                f"{path}:{no}: not valid JSON ({e.msg} at column {e.colno}): each line must be one JSON object"
+            ) from e
+        except RecursionError as e:  # nesting deeper than Python's parser goes
+            raise InvalidInputError(f"{path}:{no}: not a BEIR {what}: JSON nested too deeply") from e
+        if not isinstance(row, dict):
+            raise InvalidInputError(
+                f'{path}:{no}: expected a JSON object with an "_id", got a JSON {_json_kind(row)}'
+            )
+        if "_id" not in row:
+            raise InvalidInputError(f'{path}:{no}: the {what} has no "_id" (keys: {sorted(row)[:5]})')
+        rid = row["_id"]
+        if isinstance(rid, bool) or not isinstance(rid, str | int):
+            raise InvalidInputError(
+                f'{path}:{no}: "_id" must be a string or an integer, got a JSON {_json_kind(rid)}'
+            )
+        rid = str(rid)
+        if not rid.strip():
+            raise InvalidInputError(f'{path}:{no}: the {what} has an empty "_id"')
+        for key in fields:
+            value = row.get(key)
+            if value is not None and not isinstance(value, _TEXT_TYPES):
+                raise InvalidInputError(
+                    f'{path}:{no}: "{key}" of {what} {rid!r} must be a string, got a JSON {_json_kind(value)}'
+                )
+        if rid in first:
+            raise DuplicateIdError(f"{path}:{no}: duplicate {what} id {rid!r} (first on line {first[rid]})")
+        first[rid] = no
+        ids.append(rid)
+        rows.append(row)
+    if not ids:
+        raise InvalidInputError(f"{path}: {_plural(0, what).replace('0', 'no', 1)}: the file is empty")
+    return ids, rows
+
+
+def _grade(text: str) -> int | None:
+    """An integer relevance grade (``"2"``, also ``"2.0"``), else None."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+def _read_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int], dict[tuple[str, str], int]]:
+    """:func:`read_qrels`, plus the first line of each query id and the line of each judgement."""
+    qrels: dict[str, dict[str, int]] = {}
+    qline: dict[str, int] = {}
+    line_of: dict[tuple[str, str], int] = {}
+    first = True
+    for no, text in _lines(path):
+        row = text.split("\t")
+        if first:
+            first = False
+            if row[0] == "query-id" or (len(row) == 3 and row[2].strip().lower() == "score"):
+                continue  # the header
+        if len(row) != 3:
+            hint = " (a TREC qrels line 'query 0 doc grade'?)" if len(row) == 4 else ""
+            raise InvalidInputError(
+                f"{path}:{no}: expected 3 tab-separated columns (query-id, corpus-id, score), "
+                f"got {len(row)}{hint}: {text[:80]!r}"
+            )
+        qid, did, score = row
+        if not qid.strip() or not did.strip():
+            raise InvalidInputError(
+                f"{path}:{no}: empty {'query' if not qid.strip() else 'corpus'} id: {text[:80]!r}"
+            )
+        grade = _grade(score.strip())
+        if grade is None:
+            raise InvalidInputError(f"{path}:{no}: score {score[:40]!r} is not an integer relevance grade")
+        if (qid, did) in line_of:
+            raise DuplicateIdError(
+                f"{path}:{no}: query {qid!r} judges document {did!r} twice (first on line {line_of[qid, did]})"
+            )
+        line_of[qid, did] = no
+        qline.setdefault(qid, no)
+        qrels.setdefault(qid, {})[did] = grade
+    if not qrels:
+        raise InvalidInputError(f"{path}: no judgements: the file has no rows besides its header")
+    return qrels, qline, line_of
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """BEIR qrels TSV (header ``query-id corpus-id score``) -> {qid: {docid: score}}."""
-    qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for i, row in enumerate(reader):
-            if not row or (i == 0 and row[0] == "query-id"):
-                continue
-            if len(row) < 3:
-                raise InvalidInputError(f"{path}:{i + 1}: expected 3 tab-separated columns, got {row!r}")
-            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
-    return qrels
+    """BEIR qrels TSV (header ``query-id corpus-id score``) -> {qid: {docid: score}}.
+
+    Raises:
+        InvalidInputError: a line without exactly 3 tab-separated columns, an empty id, a score
+            that is not an integer grade, non-UTF-8 bytes, or no judgement (file and line named).
+        DuplicateIdError: a (query, document) pair judged twice.
+    """
+    return _read_qrels(Path(path))[0]
+
+
+def _plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def validate_dataset(
+    ds: Dataset,
+    *,
+    qline: dict[str, int] | None = None,
+    line_of: dict[tuple[str, str], int] | None = None,
+) -> None:
+    """Refuse a collection that cannot be evaluated; warn where part of the judgements is unused.
+
+    Errors: repeated document or query ids, no qrels query id among the queries, no judged
+    document in the corpus, no relevant (grade >= 1) document in the corpus. Warnings: some qrels
+    query ids not among the queries (not evaluated), some judged documents not in the corpus
+    (each counted as a relevant document never retrieved, as ranx counts it).
+    Messages name ``ds.qrels_path`` (else the dataset's name) and, given the line maps of
+    :func:`_read_qrels`, the line.
+
+    Raises:
+        DuplicateIdError, InvalidInputError: as above.
+    """
+    where = ds.qrels_path or ds.name
+
+    def at(line: int | None) -> str:
+        return f"{where}:{line}" if line else where
+
+    for kind, ids in (("document", ds.doc_ids), ("query", ds.query_ids)):
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))
+            raise DuplicateIdError(f"{ds.name}: duplicate {kind} id {dup!r}")
+    queries, docs = set(ds.query_ids), set(ds.doc_ids)
+    unknown_q = [q for q in ds.qrels if q not in queries]
+    if unknown_q:
+        q0 = unknown_q[0]
+        said = f"{len(unknown_q)} of {_plural(len(ds.qrels), 'judged query')} ({q0!r} first) {'is' if len(unknown_q) == 1 else 'are'} not among the queries"
+        if len(unknown_q) == len(ds.qrels):
+            raise InvalidInputError(
+                f"{at((qline or {}).get(q0))}: {said}: the qrels do not belong to these queries"
+            )
+        warnings.warn(
+            f"{at((qline or {}).get(q0))}: {said}; they are not evaluated", UserWarning, stacklevel=3
+        )
+    pairs = [(q, d, g) for q, judged in ds.qrels.items() if q in queries for d, g in judged.items()]
+    missing = [(q, d) for q, d, _ in pairs if d not in docs]
+    if missing:
+        q0, d0 = missing[0]
+        said = (
+            f"{len(missing)} of {_plural(len(pairs), 'judgement')} {'names a document' if len(missing) == 1 else 'name documents'} "
+            "not in the corpus "
+            f"({d0!r}, for query {q0!r}, first)"
+        )
+        if len(missing) == len(pairs):
+            raise InvalidInputError(
+                f"{at((line_of or {}).get((q0, d0)))}: {said}: no judged document to evaluate; "
+                "are these the qrels of this corpus?"
+            )
+        warnings.warn(
+            f"{at((line_of or {}).get((q0, d0)))}: {said}; each counts as a relevant document never "
+            "retrieved (as ranx counts it)",
+            UserWarning,
+            stacklevel=3,
+        )
+    if not any(g >= 1 and d in docs for _, d, g in pairs):
+        raise InvalidInputError(
+            f"{where}: no judged query has a relevant document (grade >= 1) in the corpus: nothing to evaluate"
+        )
 
 
 def available_splits(folder: str | Path) -> list[str]:
@@ -109,7 +329,16 @@ def available_splits(folder: str | Path) -> list[str]:
 
 
 def load_beir_folder(folder: str | Path, split: str = "test", name: str | None = None) -> Dataset:
-    """Read a BEIR-layout folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``."""
+    """Read a BEIR-layout folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+    Every line is validated as it is read (:func:`read_jsonl`, :func:`read_qrels`) and the files
+    against each other (:func:`validate_dataset`); each error names the file and line.
+
+    Raises:
+        DatasetNotFoundError: a file of the layout is missing.
+        InvalidInputError, DuplicateIdError: a malformed line, repeated ids, or judgements that
+            cannot be evaluated.
+    """
     folder = Path(folder)
     for needed in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / needed).is_file():
@@ -119,21 +348,25 @@ def load_beir_folder(folder: str | Path, split: str = "test", name: str | None =
         raise DatasetNotFoundError(
             f"{folder}: no qrels for split {split!r}; available: {available_splits(folder) or 'none'}"
         )
-    docs = _read_jsonl(folder / "corpus.jsonl")
-    queries = _read_jsonl(folder / "queries.jsonl")
+    doc_ids, docs = read_jsonl(folder / "corpus.jsonl", "document", ("title", "text"))
+    query_ids, queries = read_jsonl(folder / "queries.jsonl", "query", ("text",))
+    qrels, qline, line_of = _read_qrels(qrels_path)
     titles = [str(d.get("title") or "") for d in docs]
     texts = [(t + " " + str(d.get("text") or "")).strip() for t, d in zip(titles, docs, strict=True)]
-    return Dataset(
+    ds = Dataset(
         name=name or folder.name,
-        doc_ids=[str(d["_id"]) for d in docs],
+        doc_ids=doc_ids,
         doc_texts=texts,
         doc_titles=titles,
-        query_ids=[str(q["_id"]) for q in queries],
+        query_ids=query_ids,
         query_texts=[str(q.get("text") or "") for q in queries],
-        qrels=read_qrels(qrels_path),
+        qrels=qrels,
         split=split,
         source=str(folder.resolve()),
+        qrels_path=str(qrels_path),
     )
+    validate_dataset(ds, qline=qline, line_of=line_of)
+    return ds
 
 
 def _default_dirs(data_dir: str | Path | None) -> list[Path]:
@@ -206,9 +439,9 @@ def load_ir_datasets(dataset_id: str) -> Dataset:
             f"ir_datasets {dataset_id!r}: its files are not available (offline, or they need a manual "
             "download; see ir_datasets' documentation for this collection)"
         ) from e
-    return Dataset(
-        dataset_id.replace("/", "_"), doc_ids, texts, titles, qids, qtexts, qrels, source=dataset_id
-    )
+    ds = Dataset(dataset_id.replace("/", "_"), doc_ids, texts, titles, qids, qtexts, qrels, source=dataset_id)
+    validate_dataset(ds)
+    return ds
 
 
 def load_dataset(source: str | Path, split: str = "test", *, data_dir: str | Path | None = None) -> Dataset:

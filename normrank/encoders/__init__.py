@@ -2,7 +2,8 @@
 
 Kinds: ``"sentence-transformers"``, ``"open_clip"``, ``"open_clip-nohead"``, ``"hf-clip"``,
 ``"hf-clip-nohead"``, ``"onnx"`` (token states, mean-pooled), ``"onnx-text"`` (a graph that reads
-strings itself, e.g. USE; trailing L2 normalisation cut off). Every encoder returns raw (unnormalised) float32 (n, d) arrays.
+strings itself, e.g. USE; trailing L2 normalisation cut off), ``"normrank-head"`` (a folder
+written by ``normrank train-head``: its base encoder plus the trained projection head). Every encoder returns raw (unnormalised) float32 (n, d) arrays.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
         MissingDependencyError: the model family's library is not installed.
     """
     kind, name, path, local, device = resolve_spec(name_or_path, kind, options)
+    if kind == "normrank-head":
+        from normrank.encoders.head import load_head_encoder
+
+        if not local:
+            raise ModelNotFoundError(f"trained-head folder {name!r} does not exist")
+        return load_head_encoder(path, load_encoder, device=device, **options)
     if kind in ("open_clip", "open_clip-nohead"):
         from normrank.encoders.clip import load_open_clip
 

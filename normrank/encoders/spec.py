@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from normrank.encoders.head import HEAD_CONFIG, HEAD_KIND
 from normrank.encoders.resolve import resolve_offline
 from normrank.errors import InvalidParameterError
 
@@ -21,12 +22,15 @@ KINDS = (
     "hf-clip-nohead",
     "onnx",
     "onnx-text",
+    HEAD_KIND,  # a folder written by ``normrank train-head``: a base encoder + a trained head
 )
 
 
 def _detect_kind(path: Path) -> str:
     if path.is_file() and path.suffix == ".onnx":
         return "onnx"
+    if (path / HEAD_CONFIG).is_file():  # before modules.json: a trained head is never a plain model
+        return HEAD_KIND
     if (path / "modules.json").is_file() or (path / "config_sentence_transformers.json").is_file():
         return "sentence-transformers"
     if (path / "open_clip_config.json").is_file():

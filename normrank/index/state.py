@@ -125,7 +125,10 @@ def _check_faiss(index: faiss.Index, ids: np.ndarray, tombstones: np.ndarray) ->
         not 1 <= breadth.get("nprobe", 1) <= breadth.get("nlist", 1)
         or not 1 <= breadth.get("efSearch", 1) <= MAX_EF_SEARCH
     ):
-        raise UnsupportedIndexError(f"search breadth out of range: {breadth} (efSearch <= {MAX_EF_SEARCH})")
+        raise UnsupportedIndexError(
+            f"search breadth out of range: {breadth} (IVF: 1 <= nprobe <= nlist; HNSW: 1 <= efSearch "
+            f"<= {MAX_EF_SEARCH})"
+        )
     ivf = ivf_of(inner_index(index))
     if ivf is not None:
         sizes = [ivf.invlists.list_size(i) for i in range(ivf.nlist)]

@@ -83,16 +83,29 @@ def state_from_faiss(
     is wrapped by an IndexIDMap2 with the same ids (IndexIDMap cannot read vectors back). ``norms`` is one value per stored vector
     in the order the vectors were added (``np.linalg.norm(x, axis=1)`` of the ``x`` given to
     ``add`` / ``add_with_ids``), or a mapping ``{id: norm}`` covering every stored id. An IVF
-    index keeps its vectors in list order and not the order they were added, so there an
-    array is read by id (``norms[i]`` for id ``i``: FAISS's own ids ``0 .. ntotal - 1`` are
-    the order of ``add``), and an IVF with other ids needs the mapping.
+    index (not inside an id map) keeps its vectors in list order and no record of the order they
+    were added (``add`` and ``add_with_ids`` with any permutation of ``0 .. ntotal - 1`` leave the
+    same ids), so there only the mapping can be matched: after ``index.add(x)``, pass
+    ``norms=dict(enumerate(np.linalg.norm(x, axis=1)))``.
+
+    An IVF's ``nprobe`` above its ``nlist`` is clamped to ``nlist``, as FAISS clamps it.
     """
     ids = stored_ids(index)
     if ids is None:
         ids = np.arange(index.ntotal, dtype=np.int64)
     if norms is not None:
+        _clamp_nprobe(index)  # wrapped as is
         return _wrap_unit(index, ids, norms, alpha, k_factor)
+    if not index.ntotal:
+        raise UnsupportedIndexError(
+            f"the index is empty ({type(index).__name__}, ntotal 0): there is nothing to wrap; build "
+            "NormIndex(dim, factory=...) or NormIndex(empty_inner_product_index) and add raw vectors"
+        )
     raw = raw_vectors(index)
+    if is_idmap(index) and ivf_of(inner_index(index)) is not None:
+        # raw_vectors reads the IVF's lists (list order), whose ids are positions in the id map
+        # (the order added): the id of each vector read is the id map's entry at its position.
+        ids = ids[stored_ids(inner_index(index))]
     unit, raw_norms = split_norms(raw, what="stored vectors")
     if np.all(np.abs(raw_norms - 1.0) < _UNIT_TOLERANCE):
         raise UnsupportedIndexError(
@@ -127,13 +140,22 @@ def _norms_in_storage_order(index: faiss.Index, ids: np.ndarray, norms) -> np.nd
         )
     if is_idmap(index) or ivf_of(index) is None:
         return n  # stored in the order added: the id map's order, or ids 0 .. ntotal - 1
-    # IVF lists hold the vectors out of the order they were added: read the array by id.
-    if not np.array_equal(np.sort(ids), np.arange(ids.size)):
-        raise UnsupportedIndexError(
-            "this IVF index keeps custom ids in list order, not the order its vectors were "
-            "added, so an array of norms cannot be matched to them: pass norms={id: norm, ...}"
-        )
-    return n[ids]
+    # IVF lists hold the vectors out of the order they were added, and nothing in the index says
+    # which order that was: ids 0 .. n-1 from add() and a permutation of them from add_with_ids
+    # look alike, and reading the array by id would weight the wrong vectors in the second case.
+    raise UnsupportedIndexError(
+        "an IVF index keeps its vectors in list order and no record of the order they were added "
+        "(add() and add_with_ids() look alike), so an array of norms cannot be matched to them: "
+        "pass norms={id: norm, ...} (after index.add(x): dict(enumerate(np.linalg.norm(x, axis=1))))"
+    )
+
+
+def _clamp_nprobe(index: faiss.Index) -> None:
+    """FAISS searches ``min(nprobe, nlist)`` lists: an IVF set to more is clamped here the same
+    way (the search is unchanged), so that the wrapped index holds a valid breadth."""
+    ivf = ivf_of(index)
+    if ivf is not None and ivf.nprobe > ivf.nlist:
+        ivf.nprobe = ivf.nlist
 
 
 def _numbers(values) -> np.ndarray:
@@ -213,7 +235,7 @@ def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:
         centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist).astype(np.float64)
         lengths = np.linalg.norm(centroids, axis=1, keepdims=True)
         fresh = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
-        fresh.nprobe = ivf.nprobe
+        fresh.nprobe = min(ivf.nprobe, ivf.nlist)  # FAISS searches at most nlist lists
         if (lengths > 0).all() and np.isfinite(centroids).all():
             fresh.quantizer.add((centroids / lengths).astype(np.float32))
             fresh.is_trained = True

@@ -9,6 +9,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidParameterError, UnsupportedIndexError
+from normrank.validation import OPTION_BOUNDS
 
 __all__ = [
     "MAX_EF_SEARCH",
@@ -28,7 +29,8 @@ __all__ = [
 ]
 
 # An HNSW beam wider than this is a mistake (or a hostile file): FAISS allocates it per query.
-MAX_EF_SEARCH = 1 << 16
+# The bound of every backend's beam (Qdrant's hnsw_ef, pgvector's ef_search): one table.
+MAX_EF_SEARCH = OPTION_BOUNDS["ef_search"][1]
 
 
 def is_idmap(index: faiss.Index) -> bool:

@@ -11,13 +11,28 @@ for FAISS's ``efSearch``, so that "the same method" means the same numbers.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 
+from normrank.scoring import WEIGHT_CAP
 from normrank.search.ann import default_band_start, default_start, default_trust_depth, unseen_bound
 from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
-__all__ = ["bound_holds", "first_band", "hnsw_params", "search_depths", "start_search"]
+__all__ = [
+    "LOG_WEIGHT_CAP",
+    "bound_holds",
+    "first_band",
+    "hnsw_params",
+    "powered",
+    "saturates",
+    "search_depths",
+    "start_search",
+]
+
+# ln(WEIGHT_CAP): a backend whose weights can saturate scores exp(min(alpha * ln w, LOG_WEIGHT_CAP)).
+LOG_WEIGHT_CAP = math.log(WEIGHT_CAP)
 
 # Qdrant returns float32 scores: a bound within this relative distance of the k-th score is
 # treated as not holding (the band is widened rather than trusted on a rounding).
@@ -68,3 +83,25 @@ def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool
     ``[w_min, w_edge]``) can beat the k-th score ``kth``, with float32 rounding allowed for."""
     bound = float(unseen_bound(np.array(c_trust), w_edge, w_min))
     return bool(kth >= bound + SCORE_RTOL * abs(kth))
+
+
+def powered(base: ArrayLike, alpha: float) -> np.ndarray:
+    """The core's one saturation rule (:func:`normrank.scoring.norm_weight`) in float64: ``base **
+    alpha``, at most :data:`~normrank.scoring.WEIGHT_CAP`, 0 where it underflows, never inf or NaN.
+    Every backend computes its weights (and the bounds built from them) with it, so that a norm
+    whose power leaves float32's range ranks as NormIndex ranks it: a tie at the cap, not an
+    error (Qdrant cancels a query whose score is not a finite float32)."""
+    b = np.asarray(base, dtype=np.float64)
+    if alpha == 0:
+        return np.ones(b.shape)
+    with np.errstate(over="ignore", under="ignore"):
+        return np.minimum(np.power(b, alpha), WEIGHT_CAP)
+
+
+def saturates(base_lo: float, base_hi: float, alpha: float) -> bool:
+    """Whether some ``base ** alpha`` with ``base`` in ``[base_lo, base_hi]`` (> 0) passes the cap:
+    the engine's formula must then saturate too (``exp(min(alpha * ln w, LOG_WEIGHT_CAP))``); else
+    the plain power is the same value, one operation instead of four."""
+    with np.errstate(over="ignore", under="ignore"):
+        top = max(np.float64(base_lo) ** alpha, np.float64(base_hi) ** alpha)
+    return bool(top > WEIGHT_CAP)

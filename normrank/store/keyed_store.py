@@ -100,6 +100,11 @@ class KeyedStore:
         dim: the embedding dimension, or ``None`` to take it from the first add.
         alpha_name: what the adapter calls alpha, for messages (LlamaIndex: ``norm_alpha``).
         raw_hint: how to get raw embeddings in that framework, for the unit-norm warning.
+        index: an empty index to keep the vectors in, instead of the NormIndex built at the first
+            add: anything answering to NormIndex's interface (``add(x, ids=)``, ``remove``,
+            ``search(q, k, alpha=)``, ``norm_of``, ``reconstruct``, ``ids``, ``dim``), such as
+            :class:`normrank.backends.pgvector.PgVectorNormIndex`. :meth:`save` then writes the
+            records only; :meth:`load` takes the same index back (``index=``).
 
     Adding an existing id replaces it. All methods hold one lock (the frameworks' async
     variants run the sync ones in threads).
@@ -113,6 +118,7 @@ class KeyedStore:
         dim: int | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
+        index: Any = None,
     ) -> None:
         if not isinstance(factory, str):
             raise InvalidParameterError(f"factory must be a FAISS factory string, got {factory!r}")
@@ -124,6 +130,10 @@ class KeyedStore:
         self.dim = None if dim is None else int(dim)
         self.raw_hint = raw_hint
         self.index: Any = None  # normrank.NormIndex, created at the first add
+        if index is not None:  # keys are numbered from 0: an index holding rows would clash
+            if len(index) or (dim is not None and int(index.dim) != int(dim)):
+                raise InvalidParameterError(f"index= must be empty and of dim {dim}, got {index!r}")
+            self.index, self.dim = index, int(index.dim)
         self.records: dict[str, dict[str, Any]] = {}
         self._key_of: dict[str, int] = {}
         self._id_of: dict[int, str] = {}
@@ -190,6 +200,11 @@ class KeyedStore:
                 self._warned_unit = True
                 warn_unit_norms(self.alpha_name, self.raw_hint, stacklevel=5)
 
+    def _owns_index(self) -> bool:
+        from normrank.index.norm_index import NormIndex
+
+        return isinstance(self.index, NormIndex)
+
     def delete(self, ids: Iterable[str]) -> int:
         """Delete the ids that exist; returns how many were deleted."""
         with self.lock:
@@ -223,7 +238,9 @@ class KeyedStore:
 
         With a filter the exact search widens (from ``fetch_k``, default ``max(4k, 64)``, four
         times each round) until ``k`` ids pass or every document was scored, so the filtered
-        top-k is exactly the top-k of the filtered set.
+        top-k is exactly the top-k of the filtered set. Equal scores come in insertion order
+        (FAISS's flat indexes' rule; an overwritten id counts as inserted when it was overwritten):
+        the search also widens until the k-th score is not tied with the last one fetched.
         """
         k = as_k(k, 1)
         a = self.alpha if alpha is None else check_alpha(alpha, self.alpha_name)
@@ -233,18 +250,22 @@ class KeyedStore:
             n = len(self.records)
             if n == 0:
                 return []
-            want = min(n, k if passes is None else first)
+            want = min(n, k + 1 if passes is None else first)  # one more: is the k-th score tied?
             while True:
                 scores, keys = self.index.search(q, want, alpha=a)
+                valid = [
+                    (key, s) for key, s in zip(keys[0].tolist(), scores[0].tolist(), strict=True) if key >= 0
+                ]
                 found = [
                     (self._id_of[key], key, s)
-                    for key, s in zip(keys[0].tolist(), scores[0].tolist(), strict=True)
-                    if key >= 0 and (passes is None or passes(self._id_of[key]))
+                    for key, s in valid
+                    if passes is None or passes(self._id_of[key])
                 ]
-                if len(found) >= k or want >= n:
+                # a tie of the k-th score with the last one fetched may hide older equal documents
+                if want >= n or (len(found) >= k and found[k - 1][2] != valid[-1][1]):
                     break
-                want = min(n, want * 4)
-            found = found[:k]
+                want = min(n, max(want * 4, k + 1))
+            found = sorted(found, key=lambda f: (-f[2], f[1]))[:k]  # ties: lower key (older) first
             if not found:
                 return []
             weights = norm_weight(self.index.norm_of([key for _, key, _ in found]), a).astype(np.float64)
@@ -290,12 +311,15 @@ class KeyedStore:
         ``header`` holds the adapter's format name and version and anything else it keeps. A
         failed save removes what it created; the previous save stays the committed one.
         """
+        with self.lock:  # records may have been edited in place since add (LangChain's docstore)
+            for sid, rec in self.records.items():
+                check_json_value(rec, f"document {sid!r}")
         folder = json_path.parent
         created = store_files.make_folder(folder)
         name = None
         try:
             with self.lock:
-                if self.index is not None:
+                if self.index is not None and self._owns_index():
                     name = store_files.new_index_dirname(json_path)
                     self.index.save(folder / name)
                 payload = {
@@ -328,6 +352,7 @@ class KeyedStore:
         alpha: float | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
+        index: Any = None,
     ) -> tuple[KeyedStore, dict[str, Any]]:
         """Read a :meth:`save`; every claim of the file is checked, or :class:`CorruptIndexError`.
 
@@ -395,7 +420,11 @@ class KeyedStore:
             store._id_of[key] = sid
         store.next_key = next_key
         store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
-        if payload["index_dir"] is not None:
+        if index is not None:  # the vectors live in that index (saved with index_dir None)
+            if store.dim is not None and store.dim != int(index.dim):
+                raise CorruptIndexError(f"{where}: dim {store.dim!r} but index= has dim {index.dim}")
+            store.index, store.dim = index, int(index.dim)
+        elif payload["index_dir"] is not None:
             from normrank.index.norm_index import NormIndex
 
             index_dir = store_files.checked_index_dir(json_path, payload["index_dir"])

@@ -90,6 +90,7 @@ def weight_control(
             "p_value": paired_t_p(cosine_pq, held),
         },
         "_per_query_cv": held,  # dropped from JSON; the report and tests read it
+        "_per_query": pq,  # (n_exponents, nq), dropped from JSON; the depth tables read it
     }
 
 

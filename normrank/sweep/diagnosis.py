@@ -30,7 +30,7 @@ from normrank.sweep.embed import embed_dataset
 from normrank.sweep.grid import parse_alphas, parse_grid
 from normrank.sweep.metrics import QrelsMatrix
 from normrank.sweep.result import SweepRun
-from normrank.sweep.run import sweep_embeddings
+from normrank.sweep.run import check_cv_queries, sweep_embeddings
 
 __all__ = ["SIGNIFICANCE", "Diagnosis", "diagnose", "verdict"]
 
@@ -126,19 +126,26 @@ def diagnose(
     cache_dir: str | Path | None = None,
     show_progress: bool = False,
     encoder_options: dict[str, Any] | None = None,
+    by_depth: bool = False,
 ) -> Diagnosis:
-    """Diagnose ``model``'s norm on ``data`` (a BEIR folder or name, an ir_datasets id or a Dataset)."""
-    from normrank.corpus.beir import load_dataset
+    """Diagnose ``model``'s norm on ``data`` (a BEIR folder or name, an ir_datasets id or a Dataset).
+    ``by_depth``: also the per-depth tables and the gradient test (:mod:`normrank.sweep.depth`)."""
+    from normrank.corpus.beir import load_dataset, validate_dataset
     from normrank.corpus.embedding_cache import EmbeddingCache
 
-    ds = data if isinstance(data, Dataset) else load_dataset(data, split, data_dir=data_dir)
+    if isinstance(data, Dataset):
+        validate_dataset(data)  # as load_dataset validates what it reads
+        ds = data
+    else:
+        ds = load_dataset(data, split, data_dir=data_dir)
+    check_cv_queries(ds)  # before anything is encoded
     qids, qtexts = ds.judged()
     q, d = embed_dataset(
         ds, model, EmbeddingCache(cache_dir), {}, batch_size, show_progress, encoder_options, qids, qtexts
     )
     run = sweep_embeddings(
         ds, model, q, d, alphas=parse_alphas(alphas), metrics=[CV_METRIC], folds=folds, seed=seed,
-        betas=betas, permutations=permutations, length_unit=length_unit,
+        betas=betas, permutations=permutations, length_unit=length_unit, by_depth=by_depth,
     )  # fmt: skip
     qm = QrelsMatrix([ds.qrels[x] for x in qids], {x: i for i, x in enumerate(ds.doc_ids)})
     cal = calibration(q, d, qm, run.cv_fold, parse_grid(gammas, "gamma"))

@@ -540,6 +540,8 @@ def permutation_null(
     gains = 100.0 * (held.mean(axis=1) - base) / base if base else np.zeros(k)
     total = k * (len(a) - 1) * ranks.pq.size
     info: dict[str, object] = {"fallback_fraction": (ranks.full_rows - full_before) / total if total else 0.0}
+    # Per-query NDCG@10 of every shuffle and α (columns in ``cols`` order): the depth tables read them.
+    info["_null_ndcg"], info["_null_cols"] = ndcg, cols
     if k and base:  # the shuffled band: each α's mean NDCG@10 relative to cosine, over permutations
         rel_curve = (ndcg.mean(axis=2) / base)[:, np.argsort(cols)]  # grid order
         info["relative_curve"] = {

@@ -44,8 +44,10 @@ def unit_rows(x: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
 # Multiply-adds per BLAS thread (~8 ms on one core) below which the cosine product runs on fewer
 # threads: a second thread saves at most half of a product this small, while on a machine whose
 # cores are busy it waits for one (measured on scifact, 300 x 5183 x 384 with the other core busy:
-# two threads 4-86 ms, median 12; one thread 6.3 ms every time; the same bits either way, as BLAS
-# splits the output, not the sums).
+# two threads 4-86 ms, median 12; one thread 6.3 ms every time). The thread count is not
+# bit-neutral: some kernels block the sums per thread (OpenBLAS 0.3.15's Zen kernel: 858 of 5,760
+# scores differ in their last bits between one and two threads), within float32's bound for a
+# d-term dot product; rankings agree up to such near-ties (tests/test_sweep.py checks the bound).
 _THREAD_WORK = 8 << 26
 
 
@@ -90,6 +92,11 @@ def rank_grids(
     float32 matrix when ``keep_cosines`` and it fits in :data:`KEEP_COSINES_FLOATS`, else None.
     ``units``: ``(unit queries, unit documents, document norms)`` as :func:`unit_rows` gives them,
     when the caller has them already (``queries`` and ``docs`` are then not read).
+
+    The cosines are float32 BLAS products: their last bits depend on the BLAS kernel and thread
+    count (each within ``gamma_d = d u / (1 - d u)``, ``u = 2**-24``, of the exact cosine of the
+    unit rows), so the rankings are exact for the scores computed and agree between machines up
+    to scores that close. One machine, one thread setting: the same bits every run.
     """
     if units is None:
         qn, _ = unit_rows(queries, "queries")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from normrank.settings import CV_METRIC
+from normrank.sweep.depth_report import depth_sections
 from normrank.sweep.result import SweepRun
 
 __all__ = [
@@ -84,27 +85,6 @@ def _alpha_table(runs: Sequence[SweepRun]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
-def _depth_table(runs: Sequence[SweepRun]) -> str:
-    with_depth = [r for r in runs if r.by_depth]
-    if not with_depth:
-        return ""
-    buckets = sorted({b for r in with_depth for b in r.by_depth})
-    head = "| dataset | model | overall (best α) | " + " | ".join(buckets) + " |\n"
-    head += "|---|---|---:|" + "---:|" * len(buckets) + "\n"
-    rows = []
-    for r in with_depth:
-        cells = []
-        for b in buckets:
-            e = r.by_depth.get(b)
-            cells.append(f"{e['gain_pct']:+.1f}% ({e['best_alpha']:+g}, {e['n_queries']}q)" if e else "")
-        rows.append(
-            f"| {r.dataset} | {r.model} | {r.gain_pct():+.1f}% ({r.best_alpha:+g}) | "
-            + " | ".join(cells)
-            + " |"
-        )
-    return "\n## " + CV_METRIC + " gain by query depth\n\n" + head + "\n".join(rows) + "\n"
-
-
 def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
     metrics = list(runs[0].per_query) if runs else []
     text = [
@@ -116,7 +96,7 @@ def write_markdown(runs: Sequence[SweepRun], path: Path) -> None:
         markdown_table(runs),
         f"\n## {CV_METRIC} relative to cosine, per α\n",
         _alpha_table(runs) if runs else "",
-        _depth_table(runs),
+        depth_sections(runs),  # per depth bucket, with the CV gains, controls and gradient
     ]
     if any(r.controls for r in runs):
         text += [
@@ -196,5 +176,9 @@ def write_all(runs: Sequence[SweepRun], out: Path) -> None:
         from normrank.sweep.plot import write_plot
 
         write_plot(runs, out / "sweep.png")
+        if any(r.by_depth for r in runs):
+            from normrank.sweep.depth_report import write_depth_plot
+
+            write_depth_plot(runs, out / "depth.png")  # the paper's Figure 6: one curve per depth
     else:  # keep the promised file set even for an empty sweep
         (out / "sweep.png").unlink(missing_ok=True)

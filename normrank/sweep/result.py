@@ -42,6 +42,7 @@ class SweepRun:
     weight: str = "norm"
     weight_stats: dict[str, float] | None = None
     by_depth: dict[str, Any] | None = None
+    depth_gradient: dict[str, Any] | None = None  # does the chosen α's gain grow with depth?
     timing: dict[str, float] = field(default_factory=dict)
     ranx_check: dict[str, float] = field(default_factory=dict)
     controls: dict[str, Any] | None = None  # length prior, residual norm, permutation null
@@ -102,7 +103,7 @@ class SweepRun:
             },
             "norm_stats": self.norm_stats,
             **({"weight_stats": self.weight_stats} if self.weight_stats else {}),
-            **({"by_depth": self.by_depth} if self.by_depth else {}),
+            **({"depth": {**self.by_depth, "gradient": self.depth_gradient}} if self.by_depth else {}),
             "timing_s": {k: round(v, 4) for k, v in self.timing.items()},
             "ranx_check": self.ranx_check,
             **({"controls": _public(self.controls)} if self.controls else {}),

@@ -25,7 +25,7 @@ from normrank.settings import (
     DEFAULT_SEED,
 )
 from normrank.sweep.controls import length_residual, permutation_summary, spearman, weight_control
-from normrank.sweep.depth import depth_table
+from normrank.sweep.depth import depth_gradient, depth_table
 from normrank.sweep.embed import embed_dataset
 from normrank.sweep.grid import parse_alphas, parse_grid
 from normrank.sweep.lengths import document_lengths
@@ -37,7 +37,7 @@ from normrank.sweep.result import SweepRun, pct, summary_stats
 from normrank.sweep.selection import cross_validate, paired_t_p
 from normrank.sweep.weights import load_weights
 
-__all__ = ["evaluate_alphas", "run_sweep", "sweep_embeddings"]
+__all__ = ["check_cv_queries", "evaluate_alphas", "run_sweep", "sweep_embeddings"]
 
 
 def evaluate_alphas(
@@ -46,6 +46,22 @@ def evaluate_alphas(
     """Per-query metric values (n_alphas, nq) for top-k ``positions`` (n_alphas, nq, k)."""
     qm = QrelsMatrix(qrels, {d: i for i, d in enumerate(doc_ids)})
     return {m: per_query_metric(m, positions, qm) for m in metrics}
+
+
+def check_cv_queries(dataset: Dataset) -> None:
+    """Refuse a collection with fewer than 2 judged queries (before anything is encoded): the
+    cross-validated α is chosen on some queries and scored on others.
+
+    Raises:
+        InvalidInputError: naming the qrels file and the query.
+    """
+    qids, _ = dataset.judged()
+    if len(qids) < 2:
+        which = f"only 1 judged query ({qids[0]!r})" if qids else "no judged query"
+        raise InvalidInputError(
+            f"{dataset.qrels_path or dataset.name}: {which}: too few for cross-validation over queries "
+            "(α is chosen on some queries and scored on the others): judge at least 2"
+        )
 
 
 def _norms64(x: np.ndarray, rows: int = 128) -> np.ndarray:
@@ -86,6 +102,7 @@ def sweep_embeddings(
     recorded in ``ranx_check``) and time one plain cosine evaluation with ranx (``cosine_eval``).
     """
     qids, _ = dataset.judged()
+    check_cv_queries(dataset)
     if queries.shape[0] != len(qids) or docs.shape[0] != len(dataset.doc_ids):
         raise InvalidInputError("embeddings do not match the dataset's judged queries / documents")
     if permutations < 0:
@@ -195,7 +212,11 @@ def sweep_embeddings(
         controls=control_entry,
     )
     if by_depth:
-        run.by_depth = depth_table(dataset, run)
+        run.by_depth = depth_table(dataset, run, folds=folds, seed=seed)
+        run.depth_gradient = depth_gradient(dataset, run, seed=seed) if run.by_depth else None
+    if control_entry is not None:  # the shuffles' (K, α, nq) NDCG@10: only the depth tables need it
+        for key in ("_null_ndcg", "_null_cols"):
+            control_entry["permutation"].pop(key, None)
     return run
 
 
@@ -231,7 +252,7 @@ def run_sweep(
     ``controls``, ``betas``, ``permutations``, ``length_unit``, ``ranx_check``: see
     :func:`sweep_embeddings`.
     """
-    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.beir import load_dataset, validate_dataset
     from normrank.corpus.embedding_cache import EmbeddingCache
 
     grid = parse_alphas(alphas)
@@ -242,7 +263,12 @@ def run_sweep(
     runs: list[SweepRun] = []
     encoders: dict[str, Any] = {}
     for ds_spec in datasets:
-        ds = ds_spec if isinstance(ds_spec, Dataset) else load_dataset(ds_spec, split, data_dir=data_dir)
+        if isinstance(ds_spec, Dataset):
+            validate_dataset(ds_spec)  # as load_dataset validates what it reads
+            ds = ds_spec
+        else:
+            ds = load_dataset(ds_spec, split, data_dir=data_dir)
+        check_cv_queries(ds)
         qids, qtexts = ds.judged()
         for model in models:
             q, d = embed_dataset(

@@ -18,15 +18,18 @@ from normrank.errors import (
     InvalidParameterError,
     UnsupportedIndexError,
 )
+from normrank.store.checks import check_json_value
 from normrank.unit_norms import all_unit
 
 __all__ = [
     "DocstoreView",
     "FaissSaveError",
+    "LiveDocument",
     "MigrationWarning",
     "check_faiss_options",
-    "faiss_constructor_dim",
+    "faiss_constructor_index",
     "faiss_contents",
+    "keeps_raw_vectors",
     "refuse_faiss_folder",
 ]
 
@@ -40,21 +43,56 @@ class MigrationWarning(UserWarning):
     """Said once per migration from a LangChain FAISS store: what was read and what was redone."""
 
 
-class DocstoreView:
-    """Read-only stand-in for FAISS's ``store.docstore`` (an ``InMemoryDocstore``): ``search(id)``
-    and ``_dict``, as LangChain's FAISS docs use them, over the store's own documents. Writing
-    through it is refused: add and delete on the vector store."""
+class LiveDocument(Document):
+    """A document as ``store.docstore`` hands it out: edits reach the store, as in FAISS, whose
+    docstore holds the very objects. ``doc.metadata`` *is* the stored metadata dict (in-place
+    edits take effect at once, filters included); assigning ``page_content`` or ``metadata``
+    writes through (the new metadata checked as at ``add``); the id cannot change."""
 
-    def __init__(self, documents: Any) -> None:
-        self._documents = documents  # () -> {id: Document}, read fresh on every access
+    def __setattr__(self, name: str, value: Any) -> None:
+        record = self.__pydantic_private__.get("_record") if self.__pydantic_private__ else None
+        if record is not None and name in ("page_content", "metadata", "id"):
+            if name == "id":
+                raise InvalidParameterError(
+                    "a stored document's id cannot change: delete it and add it under the new id"
+                )
+            if name == "page_content" and not isinstance(value, str):
+                raise InvalidInputError(f"page_content must be a str, got {type(value).__name__}")
+            if name == "metadata":
+                if not isinstance(value, dict):
+                    raise InvalidInputError(f"metadata must be a dict, got {type(value).__name__}")
+                check_json_value(value, f"metadata of document {self.id!r}")
+            record["text" if name == "page_content" else "metadata"] = value
+        super().__setattr__(name, value)
+
+
+def live_document(sid: str, record: dict[str, Any]) -> LiveDocument:
+    """The :class:`LiveDocument` over ``record`` (no copy: ``model_construct`` keeps the dict)."""
+    doc = LiveDocument.model_construct(id=sid, page_content=record["text"], metadata=record["metadata"])
+    object.__setattr__(doc, "__pydantic_private__", {"_record": record})
+    return doc
+
+
+class DocstoreView:
+    """Stand-in for FAISS's ``store.docstore`` (an ``InMemoryDocstore``): ``search(id)`` and
+    ``_dict``, as LangChain's FAISS docs use them, over the store's own documents. The documents
+    are :class:`LiveDocument` objects: editing ``doc.metadata`` in place takes effect, as in
+    FAISS. Adding or deleting through it is refused: add and delete on the vector store."""
+
+    def __init__(self, records: Any, lock: Any) -> None:
+        self._records = records  # the store's {id: record}, read fresh on every access
+        self._lock = lock
 
     @property
     def _dict(self) -> Mapping[str, Document]:
-        return MappingProxyType(self._documents())
+        with self._lock:
+            return MappingProxyType({sid: live_document(sid, r) for sid, r in self._records.items()})
 
     def search(self, search: str) -> Document | str:
         """The document with id ``search``, or InMemoryDocstore's "ID ... not found." string."""
-        return self._documents().get(search, f"ID {search} not found.")
+        with self._lock:
+            record = self._records.get(search if isinstance(search, str) else str(search))
+            return f"ID {search} not found." if record is None else live_document(str(search), record)
 
     def add(self, texts: Any) -> None:
         raise InvalidParameterError(
@@ -114,10 +152,14 @@ def stored_vectors(index: Any, n: int) -> Any:
         return copy_.reconstruct_n(0, n)
 
 
-def faiss_constructor_dim(index: Any, docstore: Any, index_to_docstore_id: Any) -> int | None:
-    """FAISS's constructor arguments, as its docs pass them (an empty flat index, an empty
-    docstore and map): they set the dimension. Anything holding data is refused, pointing to
-    :meth:`NormRankVectorStore.from_faiss`."""
+def faiss_constructor_index(
+    index: Any, docstore: Any, index_to_docstore_id: Any
+) -> tuple[int | None, str | None]:
+    """(dim, factory) for FAISS's constructor arguments, as its docs pass them (an empty index,
+    an empty docstore and map). An empty ``IndexFlat*`` sets the dimension; an empty
+    ``IndexHNSWFlat(d, M)`` the dimension and the factory ``"HNSW<M>"`` (the metric does not carry
+    over: scores are cos * ||d||**alpha). Anything holding data is refused, pointing to
+    :meth:`NormRankVectorStore.from_faiss`; other index types, with the factory string to use."""
     held = (index is not None and getattr(index, "ntotal", 0)) or len(getattr(docstore, "_dict", None) or {})
     if held or index_to_docstore_id:
         raise InvalidParameterError(
@@ -125,15 +167,34 @@ def faiss_constructor_dim(index: Any, docstore: Any, index_to_docstore_id: Any) 
             "NormRankVectorStore.from_faiss(FAISS(...))"
         )
     if index is None:
-        return None
+        return None, None
     import faiss
 
-    if not isinstance(index, faiss.IndexFlat):
-        raise UnsupportedIndexError(
-            f"index={type(index).__name__}: pass factory='<FAISS factory string>' (e.g. 'HNSW32') "
-            "instead; NormRankVectorStore builds its own inner-product index over unit vectors"
-        )
-    return int(index.d)  # the metric does not carry over: scores are cos * ||d||**alpha
+    if isinstance(index, faiss.IndexFlat):
+        return int(index.d), None
+    if isinstance(index, faiss.IndexHNSWFlat):
+        return int(index.d), f"HNSW{int(index.hnsw.nb_neighbors(1))}"
+    raise UnsupportedIndexError(
+        f"index={type(index).__name__}: pass factory='<FAISS factory string>' (e.g. 'IVF256,Flat') "
+        "instead; NormRankVectorStore builds its own inner-product index over unit vectors "
+        "(an empty IndexFlat* or IndexHNSWFlat is taken as it is)"
+    )
+
+
+def keeps_raw_vectors(index: Any) -> bool:
+    """Whether FAISS gives back the vectors it was given (flat storage, IVF-Flat lists, an
+    HNSW's flat storage), not decoded approximations (PQ, SQ, LSH, a pre-transform)."""
+    import faiss
+
+    from normrank.search.faiss_info import levels, raw_vectors
+
+    if any(isinstance(level, faiss.IndexPreTransform) for level in levels(index)):
+        return False
+    try:
+        raw_vectors(index)
+    except UnsupportedIndexError:
+        return False
+    return True
 
 
 def faiss_contents(
@@ -142,8 +203,9 @@ def faiss_contents(
     """(embedding model, texts, raw vectors, metadatas, ids) of a FAISS store, in position order.
 
     Vectors that are all unit length (``normalize_L2=True`` or a normalising model) have lost
-    their norms: the texts are then re-embedded with ``embedding`` (which must return raw
-    vectors), and a :class:`MigrationWarning` says so. ``embedding`` defaults to the store's own.
+    their norms, and compressed codes (PQ, SQ, LSH, a pre-transform) decode to approximations:
+    in both cases the texts are re-embedded with ``embedding`` (which must return raw vectors),
+    and a :class:`MigrationWarning` says which. ``embedding`` defaults to the store's own.
     """
     import numpy as np
 
@@ -160,6 +222,17 @@ def faiss_contents(
     bad = [i for i, d in enumerate(docs) if not isinstance(d, Document)]
     if bad:
         raise InvalidInputError(f"the FAISS docstore lacks the document at position {bad[0]}")
+    texts = [d.page_content for d in docs]
+    if n and not keeps_raw_vectors(index):
+        # decoded PQ / SQ codes are approximations: their norms are off (median ~5%, up to ~40%)
+        warnings.warn(
+            f"the FAISS store's {type(index).__name__} keeps compressed codes, which decode to "
+            f"approximations whose norms are off: the {n} texts are re-embedded with "
+            f"{type(emb).__name__} instead of copying the decoded vectors",
+            MigrationWarning,
+            stacklevel=3,
+        )
+        return emb, texts, emb.embed_documents(texts), [d.metadata for d in docs], ids
     try:
         vectors = stored_vectors(index, n)
     except RuntimeError as e:
@@ -167,7 +240,6 @@ def faiss_contents(
             f"this FAISS index cannot give back its vectors ({e}); rebuild from the texts with "
             "NormRankVectorStore.from_documents(documents, embedding)"
         ) from e
-    texts = [d.page_content for d in docs]
     if n and (getattr(faiss_store, "_normalize_L2", False) or all_unit(np.linalg.norm(vectors, axis=1))):
         warnings.warn(
             f"the FAISS store holds unit-length vectors (normalize_L2 or a normalising model): "

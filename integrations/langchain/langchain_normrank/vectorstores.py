@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -21,11 +22,12 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from langchain_normrank.aio import AsyncFaissMethods
 from langchain_normrank.faiss_compat import (
     DocstoreView,
     MigrationWarning,
     check_faiss_options,
-    faiss_constructor_dim,
+    faiss_constructor_index,
     faiss_contents,
     refuse_faiss_folder,
 )
@@ -35,7 +37,13 @@ from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store.checks import UnsupportedOperationError, reject_unknown
 from normrank.store.keyed_store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
 
-__all__ = ["MigrationWarning", "NormRankVectorStore", "StoreNotFoundError", "relevance_from_cosine"]
+__all__ = [
+    "MigrationWarning",
+    "NormRankVectorStore",
+    "ScoreThresholdWarning",
+    "StoreNotFoundError",
+    "relevance_from_cosine",
+]
 
 _RAW_HINT = (
     "wrap a normrank encoder with langchain_normrank.NormRankEmbeddings('<model name or path>'), or "
@@ -48,6 +56,67 @@ _FAISS_HINTS = {
     "docstore": "NormRankVectorStore keeps its own documents; migrate a FAISS store with NormRankVectorStore.from_faiss(store)",
     "index_to_docstore_id": "NormRankVectorStore keeps its own ids; migrate a FAISS store with NormRankVectorStore.from_faiss(store)",
 }
+_CONSTRUCTOR_ARGS = ("alpha", "factory", "relevance_score_fn", "normalize_L2", "distance_strategy")
+_COSINE = "COSINE"
+
+
+class ScoreThresholdWarning(UserWarning):
+    """A ``score_threshold`` no similarity here can reach: it reads like a FAISS L2 distance."""
+
+
+def _cosine_strategy() -> Any:
+    """``DistanceStrategy.COSINE`` where langchain_community is installed, else the string
+    (``DistanceStrategy`` is a ``str`` enum, so both compare equal to ``"COSINE"``)."""
+    try:
+        from langchain_community.vectorstores.utils import DistanceStrategy
+    except ImportError:
+        return _COSINE
+    return DistanceStrategy.COSINE
+
+
+def store_id(value: Any) -> str:
+    """One document id as stored: a str as it is; an int (FAISS users pass ``ids=[1, 2]``) or
+    a UUID as its string, on every path (add, delete, get), so ``delete(ids=[1])`` finds "1"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise InvalidInputError(f"document ids must be strings (or ints, stored as their string), got {value!r}")
+
+
+def _store_ids(values: Any) -> list[str]:
+    if isinstance(values, (str, bytes)):
+        raise InvalidInputError(f"ids must be a list of ids, got the single value {values!r}")
+    return [store_id(v) for v in values]
+
+
+class _CallableEmbeddings(Embeddings):
+    """FAISS's (deprecated) ``embedding_function=callable``: one call per text."""
+
+    def __init__(self, fn: Callable[[str], list[float]]) -> None:
+        self.fn = fn
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [list(self.fn(t)) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(self.fn(text))
+
+
+def warn_threshold(score_threshold: Any, what: str) -> None:
+    """Warn when ``score_threshold`` exceeds 1, which no cosine (or relevance) reaches."""
+    if score_threshold is not None and score_threshold > 1:
+        warnings.warn(
+            f"score_threshold={score_threshold} is above 1, which no {what} reaches, so nothing is "
+            "returned: scores here are similarities (higher is better), not FAISS's L2 distances. "
+            "For unit vectors an L2 distance threshold t (L2^2 <= t) is cosine >= 1 - t / 2",
+            ScoreThresholdWarning,
+            stacklevel=4,
+        )
+
+
 AnyFilter = MetadataFilter | None  # a filter or none
 QueryVector = list[float]
 
@@ -62,13 +131,17 @@ def relevance_from_cosine(cosine: float) -> float:
     return min(1.0, max(0.0, cosine))
 
 
-class NormRankVectorStore(StoreBacked, VectorStore):
+class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
     """In-process vector store over :class:`normrank.NormIndex`, ranking by cos(q, d)·‖d‖^α.
 
     Args:
-        embedding: a LangChain ``Embeddings``. It must return *raw* (unnormalised) vectors for
+        embedding: a LangChain ``Embeddings`` (FAISS's ``embedding_function``, also as its
+            deprecated callable form). It must return *raw* (unnormalised) vectors for
             alpha to matter; a :class:`~langchain_normrank.UnitNormWarning` is issued once when
             every added vector has norm ≈ 1.
+        index, docstore, index_to_docstore_id: FAISS's positional constructor arguments, as its
+            docs pass them: an empty ``IndexFlat*`` or ``IndexHNSWFlat`` (its dimension, and its
+            ``M`` as the factory ``"HNSW<M>"``), an empty docstore and ``{}``.
         alpha: default exponent on the document norm, within [-16, 16]; every search method
             also takes ``alpha=`` (and so does ``as_retriever(search_kwargs={"alpha": ...})``).
         factory: FAISS factory string for the underlying index (``"Flat"`` = exact search).
@@ -86,52 +159,64 @@ class NormRankVectorStore(StoreBacked, VectorStore):
 
     def __init__(
         self,
-        embedding: Embeddings | None = None,
-        *,
-        alpha: float = 0.0,
-        factory: str = "Flat",
-        relevance_score_fn: Callable[[float], float] | None = None,
-        normalize_L2: bool = False,
-        distance_strategy: Any = None,
-        embedding_function: Embeddings | None = None,
+        embedding: Embeddings | Callable[[str], list[float]] | None = None,
         index: Any = None,
         docstore: Any = None,
         index_to_docstore_id: dict[int, str] | None = None,
+        relevance_score_fn: Callable[[float], float] | None = None,
+        normalize_L2: bool = False,
+        distance_strategy: Any = None,
+        *,
+        alpha: float = 0.0,
+        factory: str | None = None,
+        embedding_function: Embeddings | Callable[[str], list[float]] | None = None,
     ) -> None:
         check_faiss_options(normalize_L2, distance_strategy)
         if (embedding is None) == (embedding_function is None):
             raise InvalidParameterError(
                 "give the embedding model once: embedding= (or FAISS's embedding_function=)"
             )
-        self.embedding = embedding if embedding is not None else embedding_function
+        given = embedding if embedding is not None else embedding_function
+        if not isinstance(given, Embeddings) and not callable(given):
+            raise InvalidParameterError(
+                f"embedding must be a LangChain Embeddings (or a callable text -> vector), got {given!r}"
+            )
+        self._embedding_function = given
+        self.embedding = given if isinstance(given, Embeddings) else _CallableEmbeddings(given)
         self.override_relevance_score_fn = relevance_score_fn
-        dim = faiss_constructor_dim(index, docstore, index_to_docstore_id)
+        dim, from_index = faiss_constructor_index(index, docstore, index_to_docstore_id)
+        if factory is not None and from_index is not None:
+            raise InvalidParameterError(f"give index= or factory=, not both (index= means {from_index!r})")
+        factory = factory or from_index or "Flat"
         self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
     @property
-    def embeddings(self) -> Embeddings:
-        return self.embedding
+    def embeddings(self) -> Embeddings | None:
+        """The embedding model (``None`` when a bare callable was given, as in FAISS)."""
+        return self._embedding_function if isinstance(self._embedding_function, Embeddings) else None
 
     @property
-    def embedding_function(self) -> Embeddings:
-        """FAISS's name for :attr:`embeddings`."""
-        return self.embedding
+    def embedding_function(self) -> Embeddings | Callable[[str], list[float]]:
+        """FAISS's name for the embedding model, as it was given."""
+        return self._embedding_function
+
+    @property
+    def distance_strategy(self) -> Any:
+        """``DistanceStrategy.COSINE``: at alpha = 0 the ranking and scores are cosine's."""
+        return _cosine_strategy()
 
     @property
     def docstore(self) -> DocstoreView:
-        """FAISS's ``docstore`` read API (``search(id)``, ``_dict``) over this store's documents."""
-        return DocstoreView(self._documents)
+        """FAISS's ``docstore`` (``search(id)``, ``_dict``) over this store's documents; editing a
+        document's metadata in place takes effect, as in FAISS (:class:`~langchain_normrank.faiss_compat.LiveDocument`)."""
+        return DocstoreView(self._store.records, self._store.lock)
 
     @property
     def index_to_docstore_id(self) -> Mapping[int, str]:
         """FAISS's position -> id map (read-only): the ids in insertion order."""
         with self._store.lock:
             return MappingProxyType(dict(enumerate(self._store.records)))
-
-    def _documents(self) -> dict[str, Document]:
-        with self._store.lock:
-            return {sid: self._document(sid) for sid in self._store.records}
 
     @property
     def alpha(self) -> float:
@@ -191,7 +276,7 @@ class NormRankVectorStore(StoreBacked, VectorStore):
 
     def _add(self, texts: list[str], vectors: Any, metadatas: Any, ids: Any) -> list[str]:
         n = len(texts)
-        sids = [str(i) if i is not None else str(uuid.uuid4()) for i in (ids or [None] * n)]
+        sids = [str(uuid.uuid4()) if i is None else store_id(i) for i in (ids or [None] * n)]
         for t in texts:
             if not isinstance(t, str):
                 raise InvalidInputError(f"texts must be strings, got {type(t).__name__}")
@@ -210,13 +295,13 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         """Delete by id (missing ids are ignored); ``ids=None`` deletes everything."""
         reject_unknown(kwargs, ("ids",), "delete()")
         with self._store.lock:
-            self._store.delete(list(self._store.records) if ids is None else ids)
+            self._store.delete(list(self._store.records) if ids is None else _store_ids(ids))
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """Documents for the ids that exist, in the order given."""
+        """Documents for the ids that exist, in the order given (copies: edit through ``docstore``)."""
         with self._store.lock:
-            return [self._document(s) for s in ids if s in self._store]
+            return [self._document(s) for s in _store_ids(ids) if s in self._store]
 
     # ------------------------------------------------------------------ searching
     def _query_vector(self, query: str) -> list[float]:
@@ -260,6 +345,8 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         similarity strategies.
         """
         reject_unknown(kwargs, _SEARCH_ARGS, "similarity_search()", _FAISS_HINTS)
+        if (self.alpha if alpha is None else alpha) == 0:
+            warn_threshold(score_threshold, "cosine")
         return self._with_docs(self._hits(embedding, k, filter, fetch_k, alpha), score_threshold)
 
     def similarity_search_with_score(
@@ -287,17 +374,36 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             return self.override_relevance_score_fn
         return relevance_from_cosine  # applied to the cosine, not the score: see below
 
-    def _similarity_search_with_relevance_scores(
+    def similarity_search_with_relevance_scores(
         self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """(Document, relevance in [0, 1]) pairs, best first: see :meth:`_similarity_search_with_relevance_scores`;
+        ``score_threshold`` keeps relevance ``>=`` it (a value above 1 warns: nothing reaches it)."""
+        warn_threshold(kwargs.get("score_threshold"), "relevance")
+        return super().similarity_search_with_relevance_scores(query, k, **kwargs)
+
+    async def asimilarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Async :meth:`similarity_search_with_relevance_scores` (the same relevance: the cosine)."""
+        warn_threshold(kwargs.get("score_threshold"), "relevance")
+        return await super().asimilarity_search_with_relevance_scores(query, k, **kwargs)
+
+    def _similarity_search_with_relevance_scores(
+        self,
+        query: str,
+        k: int = 4,
+        filter: AnyFilter = None,
+        fetch_k: int | None = None,
+        **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """(Document, relevance) with relevance = the hit's cosine clipped to [0, 1]
         (:func:`relevance_from_cosine`), ranked by cos·‖d‖^α; a ``relevance_score_fn`` given at
         construction is applied to the score instead, as FAISS does."""
-        reject_unknown(kwargs, _SEARCH_ARGS, "similarity_search_with_relevance_scores()", _FAISS_HINTS)
         kwargs.pop("score_threshold", None)  # the caller applies it to the relevance
-        hits = self._hits(
-            self._query_vector(query), k, kwargs.get("filter"), kwargs.get("fetch_k"), kwargs.get("alpha")
-        )
+        alpha = kwargs.pop("alpha", None)
+        reject_unknown(kwargs, _SEARCH_ARGS, "similarity_search_with_relevance_scores()", _FAISS_HINTS)
+        hits = self._hits(self._query_vector(query), k, filter, fetch_k, alpha)
         fn = self.override_relevance_score_fn
         with self._store.lock:
             return [
@@ -335,21 +441,32 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         return self._with_docs(hits, None)
 
     def max_marginal_relevance_search_by_vector(
-        self, embedding: QueryVector, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
+        self,
+        embedding: QueryVector,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: AnyFilter = None,
+        **kwargs: Any,
     ) -> list[Document]:
-        """Documents chosen by :meth:`max_marginal_relevance_search_with_score_by_vector`
-        (``filter=`` and ``alpha=`` as keywords)."""
+        """Documents chosen by :meth:`max_marginal_relevance_search_with_score_by_vector`."""
         pairs = self.max_marginal_relevance_search_with_score_by_vector(
-            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, **kwargs
+            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter, **kwargs
         )
         return [d for d, _ in pairs]
 
     def max_marginal_relevance_search(
-        self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: AnyFilter = None,
+        **kwargs: Any,
     ) -> list[Document]:
         """MMR for a query text: see :meth:`max_marginal_relevance_search_with_score_by_vector`."""
         vector = self._query_vector(query)
-        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, **kwargs)
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter, **kwargs)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -385,9 +502,11 @@ class NormRankVectorStore(StoreBacked, VectorStore):
 
     @classmethod
     def _from_kwargs(cls, embedding: Embeddings, kwargs: dict[str, Any], where: str) -> NormRankVectorStore:
-        allowed = ("alpha", "factory", "relevance_score_fn", "normalize_L2", "distance_strategy")
+        # FAISS's __from pops docstore= / index_to_docstore_id= (empty ones are what its docs pass)
+        faiss_args = {k: kwargs.pop(k) for k in ("docstore", "index_to_docstore_id") if k in kwargs}
+        allowed = _CONSTRUCTOR_ARGS
         reject_unknown({k: v for k, v in kwargs.items() if k not in allowed}, allowed, where, _FAISS_HINTS)
-        return cls(embedding, **kwargs)
+        return cls(embedding, **faiss_args, **kwargs)
 
     def as_retriever(self, **kwargs: Any) -> Any:
         """A :class:`~langchain_normrank.NormRankRetriever`; ``search_kwargs`` may hold ``alpha``.
@@ -477,9 +596,22 @@ class NormRankVectorStore(StoreBacked, VectorStore):
         migrate it (``FAISS.load_local`` in your code, then :meth:`from_faiss`). A missing folder
         raises :class:`~normrank.store.keyed_store.StoreNotFoundError`, which is also a ``FileNotFoundError``.
         """
-        reject_unknown(
-            kwargs, ("index_name", "allow_dangerous_deserialization", "alpha"), "load_local()", _FAISS_HINTS
+        io_flags = kwargs.pop("io_flags", 0)
+        if isinstance(io_flags, bool) or not isinstance(io_flags, (int, np.integer)):
+            raise InvalidParameterError(f"io_flags must be FAISS's integer IO flags, got {io_flags!r}")
+        options = {
+            k: kwargs.pop(k)
+            for k in ("relevance_score_fn", "normalize_L2", "distance_strategy")
+            if k in kwargs
+        }
+        allowed = (
+            "index_name",
+            "allow_dangerous_deserialization",
+            "alpha",
+            "io_flags",
+            *_CONSTRUCTOR_ARGS[2:],
         )
+        reject_unknown(kwargs, allowed, "load_local()", _FAISS_HINTS)
         folder = Path(folder_path)
         path = cls._json_path(folder, index_name)
         if (
@@ -488,7 +620,7 @@ class NormRankVectorStore(StoreBacked, VectorStore):
             and (folder / f"{index_name}.pkl").is_file()
         ):
             refuse_faiss_folder(folder, index_name)
-        store = cls(embeddings)
+        store = cls(embeddings, **options)
         store._store = KeyedStore.load(
             path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
         )[0]

