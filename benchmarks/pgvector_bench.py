@@ -64,11 +64,11 @@ def open_or_build(uri: str, x: np.ndarray, label: str):
 def _plain_sql(table: str, batch: bool) -> str:
     if batch:
         return (
-            "SELECT r.ids FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
+            "SELECT r.ids FROM unnest(%b::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
             f"array_agg(id ORDER BY d) AS ids FROM (SELECT id, embedding <#> q.v AS d FROM {table} "
             "ORDER BY embedding <#> q.v LIMIT 10) x) r ORDER BY q.qi"
         )
-    return f"SELECT id FROM {table} ORDER BY embedding <#> %s LIMIT 10"
+    return f"SELECT id FROM {table} ORDER BY embedding <#> %b LIMIT 10"
 
 
 def plain_search(conn, table: str, qu: np.ndarray, batch: bool) -> np.ndarray:
@@ -135,7 +135,7 @@ def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_qu
     idx.install_sql_function(f"{table}_fn"[:48])  # at this ef_search
     print(f"{label} pgvector: ef_search {ef} (plain cosine recall {plain_rec:.3f}, index used: {uses_index})")
     params = {"m": M, "ef_construction": EF_CONSTRUCTION, "ef_search": ef}
-    fn_sql = f"SELECT id FROM {table}_fn(%s, %s, 10)"[:999]
+    fn_sql = f"SELECT id FROM {table}_fn(%b, %s, 10)"[:999]
     for nq, qs in ((1, q_single), (BATCH, q_batch)):
         qu = unit(qs)
         for a in alphas:

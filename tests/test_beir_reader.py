@@ -82,6 +82,8 @@ CASES = [
      "is not an integer relevance grade", "test.tsv:3"),
     ("two columns", "qrels", _replace(qrels_lines(), 1, "q0\td0"), InvalidInputError, "3 tab-separated",
      "test.tsv:2"),
+    ("columns separated by spaces", "qrels", _replace(qrels_lines(), 2, "q0 d1 1"), InvalidInputError,
+     "separated by spaces?", "test.tsv:3"),
     ("TREC's four columns", "qrels", _replace(qrels_lines(), 1, "q0\t0\td0\t1"), InvalidInputError,
      "TREC qrels line", "test.tsv:2"),
     ("an empty corpus", "corpus", b"", InvalidInputError, "no documents: the file is empty", "corpus.jsonl"),

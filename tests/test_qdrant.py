@@ -118,3 +118,62 @@ def test_option_set_after_construction_is_checked(pair, attr, bad):
     with pytest.raises(InvalidParameterError, match=attr):
         setattr(qi, attr, bad)
     assert getattr(qi, attr) == before
+
+
+# -- issue 25: the core's guarantees on the client backend ------------------------------------
+
+SATURATING = [
+    pytest.param(lambda rng, n: np.full(n, 1e20), 2.0, id="1e20-a2"),
+    pytest.param(lambda rng, n: np.full(n, 1e-3), -16.0, id="1e-3-a-16"),
+    pytest.param(lambda rng, n: 10.0 ** rng.uniform(-30, 30, n), 16.0, id="spread-a16"),
+    pytest.param(lambda rng, n: 10.0 ** rng.uniform(-30, 30, n), -16.0, id="spread-a-16"),
+    pytest.param(lambda rng, n: np.r_[np.full(20, 1e20), rng.lognormal(0, 0.4, n - 20)], 2.0, id="some-a2"),
+]
+
+
+@pytest.mark.parametrize(("norms", "alpha"), SATURATING)
+def test_powers_beyond_float32_saturate_as_in_normindex(norms, alpha):
+    """Item 8: a norm whose alpha-power leaves float32's range made Qdrant refuse the formula
+    ("as f32 = inf") and the band's edge overflow; scored as NormIndex's saturation instead."""
+    from normrank.backends.qdrant import QdrantNormIndex
+
+    rng = np.random.default_rng(int(abs(alpha)))
+    n = 300
+    u = rng.normal(size=(n, 8))
+    x = u / np.linalg.norm(u, axis=1, keepdims=True) * norms(rng, n)[:, None]
+    q = rng.normal(size=(4, 8))
+    qi = QdrantNormIndex(8, client=qdrant_client.QdrantClient(":memory:"), collection="s", n_tail=5)
+    qi.add(x)
+    ref = NormIndex(8)
+    ref.add(x)
+    s, ids = qi.search(q, 10, alpha=alpha)
+    rs, rids = ref.search(q, 10, alpha=alpha)
+    np.testing.assert_allclose(s, rs, rtol=1e-5, atol=1e-6)
+    assert (ids >= 0).all()
+    same = ids == rids
+    assert np.isclose(s[~same], rs[~same], rtol=1e-5, atol=1e-6).all()  # only ties may differ
+
+
+@pytest.mark.parametrize("bad", [[3.7], ["3"], [None], [np.nan], [[1]], [True], [-1]])
+def test_ids_are_parsed_by_the_core_parser(pair, bad):
+    """Item 10: the client backend parses ids with the core's as_id_list (nothing removed)."""
+    from normrank.errors import InvalidInputError
+
+    qi, _ref, _q = pair
+    with pytest.raises(InvalidInputError):
+        qi.remove(bad)
+    with pytest.raises(InvalidInputError):
+        qi.add(np.ones((1, 16)), ids=bad)
+    assert len(qi) == 700
+
+
+def test_options_have_the_core_bounds():
+    """Item 11: the option table's bounds (validation.OPTION_BOUNDS), as NormIndex's."""
+    from normrank.backends.qdrant import QdrantNormIndex
+    from normrank.errors import InvalidParameterError
+
+    client = qdrant_client.QdrantClient(":memory:")
+    for bad in ({"k_factor": 2**21}, {"n_tail": -1}, {"dim": 0}, {"dim": 2**64}):
+        kw = {"dim": 8, **bad}
+        with pytest.raises(InvalidParameterError):
+            QdrantNormIndex(client=client, collection="o", **kw)

@@ -159,6 +159,9 @@ def test_single_query_int8_scan_is_bit_for_bit_the_fp32_scan(alpha, factory, pat
             args = dict(k=10, weights=weights, lookup=lookup, depth=depth, band_start=band)
             s8, p8 = adaptive_search(index, qu[i : i + 1], order=int8, **args)
             s32, p32 = adaptive_search(index, qu[i : i + 1], order=fp32, **args)
+            # Exact by construction: the rows the int8 bound keeps are scored by the same FAISS
+            # row kernel (fvec_inner_products_ny: each row's sum alone, no BLAS) and the same
+            # float32 multiply as the fp32 scan's, and a row ruled out cannot reach the top k.
             assert s8.tobytes() == s32.tobytes()
             np.testing.assert_array_equal(p8, p32)
             if factory.startswith("IVF"):
@@ -216,7 +219,7 @@ def test_single_queries_with_tombstones_and_few_documents():
                 order.quantized = quantized
             got[quantized] = [idx.search(q[i], k, alpha=a) for i in range(10) for a in (-1.0, 1.0)]
         for (s8, i8), (s32, i32) in zip(got[True], got[False], strict=True):
-            assert s8.tobytes() == s32.tobytes()
+            assert s8.tobytes() == s32.tobytes()  # the same row kernel and multiply (see above)
             np.testing.assert_array_equal(i8, i32)
             if n > k:
                 assert not np.isin(i8, np.arange(0, n, 3)).any()

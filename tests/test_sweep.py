@@ -146,7 +146,7 @@ def test_reweighted_topk_equals_brute_force_with_ties(
     weights = weights.astype(np.float32)
     first = int(rng.integers(0, n_weights))
     values, positions = reweighted_topk(scores, weights, k, first)
-    kk = min(k, n)
+    kk = min(k, n)  # exact: one float32 multiply per score on both sides (no BLAS), then selection
     for i in range(n_weights):
         ref = scores * weights[i]
         want = np.argsort(-ref, axis=1, kind="stable")[:, :kk]

@@ -99,7 +99,7 @@ def test_inner_products_match_numpy(shape):
     np.testing.assert_allclose(got, q.astype(np.float64) @ docs.T.astype(np.float64), rtol=1e-4, atol=1e-4)
     out = np.full((nq, m), np.nan, dtype=np.float32)
     assert inner_products(q, docs, out) is out
-    np.testing.assert_array_equal(out, got)
+    np.testing.assert_array_equal(out, got)  # the same BLAS call on the same operands: the same bits
 
 
 def test_product_is_faiss_blas_where_reachable():
@@ -115,7 +115,7 @@ def test_product_is_faiss_blas_where_reachable():
 def test_topk_matches_numpy_and_pads():
     rng = np.random.default_rng(6)
     scores = rng.standard_normal((7, 300)).astype(np.float32)
-    v, p = topk(scores, 12)
+    v, p = topk(scores, 12)  # selection only, on the same float32 scores: exact
     order = np.argsort(-scores, axis=1, kind="stable")[:, :12]
     np.testing.assert_array_equal(p, order)
     np.testing.assert_array_equal(v, np.take_along_axis(scores, order, axis=1))
@@ -150,6 +150,7 @@ def test_reweighted_topk_matches_brute_force_in_total_order(n, key_bits, monkeyp
     )
     k = 10
     values, positions = reweighted_topk(scores, weight_rows, k, first=1)
+    # Exact: one correctly rounded float32 multiply per score on both sides, then selection.
     for i, w in enumerate(weight_rows):
         weighted = scores * w
         kk = min(k, n)

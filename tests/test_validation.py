@@ -8,12 +8,15 @@ import pytest
 from normrank.errors import DuplicateIdError, InvalidInputError, InvalidParameterError, NormrankError
 from normrank.validation import (
     MAX_RESULT_ENTRIES,
+    OPTION_BOUNDS,
     as_alpha,
     as_id_list,
     as_ids,
     as_k,
     as_k_factor,
     as_one_id,
+    as_option,
+    as_positive_int,
     as_weights,
     split_norms,
 )
@@ -106,3 +109,43 @@ def test_alpha_range(bad):
     assert as_alpha(-16, 1).tolist() == [-16.0]
     with pytest.raises(NormrankError):
         as_alpha(bad, 1)
+
+
+# -- the one option-bounds table and the one saturation rule (issue 25, items 8 and 11) ---------
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_BOUNDS))
+def test_every_option_is_bounded_on_both_sides(name):
+    lo, hi = OPTION_BOUNDS[name]
+    assert as_option(lo, name) == lo and as_option(hi, name) == hi
+    assert as_option(np.int64(hi), name) == hi
+    for bad in (lo - 1, hi + 1, 2**64, -(2**64), True, 1.5, "3", None, np.nan):
+        with pytest.raises(InvalidParameterError, match=name):
+            as_option(bad, name)
+    assert as_option(None, name, allow_none=True) is None
+
+
+def test_the_beam_has_one_bound_everywhere():
+    """FAISS's efSearch, Qdrant's hnsw_ef and pgvector's ef_search: one bound, 65,536."""
+    from normrank.search.faiss_info import MAX_EF_SEARCH
+
+    assert OPTION_BOUNDS["ef_search"] == OPTION_BOUNDS["hnsw_ef"] == (1, MAX_EF_SEARCH) == (1, 65_536)
+    with pytest.raises(InvalidParameterError, match=r"hnsw_ef must be an integer in \[1, 65536\]"):
+        as_positive_int(2**64, "hnsw_ef")
+    assert as_positive_int(10**9, "unlisted") == 10**9  # a name outside the table: >= 1 only
+
+
+@pytest.mark.parametrize("alpha", [-16.0, -3.0, -0.5, 0.0, 0.5, 2.0, 4.0, 16.0])
+def test_backend_powers_follow_the_cores_saturation(alpha):
+    """norm_band.powered is scoring.norm_weight in float64: the cap, underflow to 0, no inf/NaN."""
+    from normrank.scoring import WEIGHT_CAP, norm_weight
+    from normrank.search.norm_band import powered, saturates
+
+    base = np.array([F32.tiny, 1e-30, 1e-20, 1e-3, 0.5, 1.0, 7.0, 1e10, 1e20, 1e30, F32.max], np.float32)
+    got = powered(base, alpha)
+    assert np.isfinite(got).all() and (got >= 0).all() and (got <= WEIGHT_CAP).all()
+    np.testing.assert_allclose(got.astype(np.float32), norm_weight(base, alpha), rtol=1e-6, atol=1e-44)
+    with np.errstate(over="ignore"):
+        beyond = (base.astype(np.float64) ** alpha > WEIGHT_CAP).any()
+    assert saturates(float(base.min()), float(base.max()), alpha) == beyond
+    assert not saturates(0.5, 2.0, alpha)  # ordinary norms: the plain power, one operation

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from normrank.errors import DimensionMismatchError, IndexStateError
 from normrank.scoring import WEIGHT_CAP
 
 _LN_CAP = repr(math.log(WEIGHT_CAP))
@@ -27,7 +28,7 @@ def W(alpha: str, base: str = BASE) -> str:
     return f"exp(least(greatest(({alpha}) * ln({base}), -700), {_LN_CAP}))"
 
 
-_QUERIES = "unnest(%s::vector[], %s::float8[]) WITH ORDINALITY AS q(v, a, qi)"
+_QUERIES = "unnest(%b::vector[], %s::float8[]) WITH ORDINALITY AS q(v, a, qi)"
 _TOP = "array_agg(id ORDER BY s DESC, id) AS ids, array_agg(s ORDER BY s DESC, id) AS ss"
 
 
@@ -56,7 +57,7 @@ def plain_rows(conn: Any, t: Any, unit_q: np.ndarray, k: int) -> list:
     from psycopg import sql
 
     q = sql.SQL(
-        "SELECT r.ids, r.ss FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
+        "SELECT r.ids, r.ss FROM unnest(%b::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
         + _TOP
         + " FROM (SELECT id, -(embedding <#> q.v) AS s FROM {t} ORDER BY embedding <#> q.v LIMIT {k}) x) r "
         "ORDER BY q.qi"
@@ -111,7 +112,7 @@ def band_rows(conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, edges: 
 
     score = f"SELECT id, -(embedding <#> q.v) * {W('q.a')} AS s FROM {{t}}"
     q = sql.SQL(
-        "SELECT r.ids, r.ss FROM unnest(%s::vector[], %s::float8[], %s::float8[]) WITH ORDINALITY "
+        "SELECT r.ids, r.ss FROM unnest(%b::vector[], %s::float8[], %s::float8[]) WITH ORDINALITY "
         "AS q(v, a, e, qi), LATERAL (SELECT " + _TOP + " FROM ("
         f"({score} WHERE q.a > 0 AND {BASE} > q.e) UNION ALL ({score} WHERE q.a < 0 AND {BASE} < q.e) "
         "ORDER BY s DESC, id LIMIT {k}) x) r ORDER BY q.qi"
@@ -217,3 +218,72 @@ def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int
             "SET hnsw.ef_search = {ef} AS {body}"
         ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), body=sql.Literal(body))
     )
+
+
+# -- schema -------------------------------------------------------------------------------------
+
+
+def create_table(conn: Any, t: Any, table: str, dim: int, m: int, ef_construction: int) -> None:
+    """The table with its HNSW index (unit vectors by inner product) and weight b-tree."""
+    from psycopg import sql
+
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {t} (id bigint PRIMARY KEY, embedding vector({d}) NOT NULL, "
+            "norm real NOT NULL CHECK (norm > 0), weight real CHECK (weight > 0))"
+        ).format(t=t, d=sql.Literal(dim))
+    )
+    conn.execute(
+        sql.SQL(f"CREATE INDEX {{i}} ON {{t}} (({BASE}))").format(i=sql.Identifier(f"{table}_nr_weight"), t=t)
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {i} ON {t} USING hnsw (embedding vector_ip_ops) WITH (m = {m}, ef_construction = {e})"
+        ).format(i=sql.Identifier(f"{table}_nr_hnsw"), t=t, m=sql.Literal(m), e=sql.Literal(ef_construction))
+    )
+
+
+def check_columns(conn: Any, t: Any, table: str, dim: int) -> None:
+    """The columns normrank reads, of the right types (other columns may sit beside them)."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (t.as_string(conn),),
+    ).fetchall()
+    have = dict(rows)
+    want = {"id": "bigint", "embedding": f"vector({dim})", "norm": "real", "weight": "real"}
+    emb = have.get("embedding", "")
+    if emb.startswith("vector(") and emb != want["embedding"]:
+        raise DimensionMismatchError(f"table {table!r} holds {emb}, not vector({dim})")
+    wrong = [f"{c} {kind}" for c, kind in want.items() if have.get(c) != kind]
+    if wrong:
+        raise IndexStateError(
+            f"table {table!r} lacks the columns normrank needs ({', '.join(wrong)}): "
+            "see docs/postgres.md for the migration"
+        )
+
+
+def check_rows(conn: Any, t: Any, table: str) -> None:
+    """An adopted table's rows: norms set and positive, no weights, unit-length embeddings."""
+    from psycopg import sql
+
+    bad = conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM {} WHERE norm IS NULL OR NOT norm > 0 OR weight IS NOT NULL "
+            "OR abs(vector_norm(embedding) - 1) > 1e-3"
+        ).format(t)
+    ).fetchone()[0]
+    if bad:
+        raise IndexStateError(
+            f"{bad} rows of {table!r} have no positive norm, a weight, or an embedding that "
+            "is not unit length: run the migration of docs/postgres.md first"
+        )
+
+
+def hnsw_indexes(conn: Any, t: Any) -> list[tuple[str, str]]:
+    """``(name, CREATE INDEX statement)`` of each HNSW index on the table, from the catalog."""
+    return conn.execute(
+        "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = to_regclass(%s) AND a.amname = 'hnsw'",
+        (t.as_string(conn),),
+    ).fetchall()

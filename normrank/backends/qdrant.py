@@ -31,7 +31,16 @@ from normrank.search.norm_band import (
     saturates,
     start_search,
 )
-from normrank.validation import Checked, as_alpha, as_count, as_ids, as_k_factor, as_vectors, split_norms
+from normrank.validation import (
+    Checked,
+    as_alpha,
+    as_count,
+    as_ids,
+    as_k_factor,
+    as_positive_int,
+    as_vectors,
+    split_norms,
+)
 
 __all__ = ["QdrantNormIndex"]
 
@@ -85,7 +94,7 @@ class QdrantNormIndex:
         replication_factor: int | None = None,
     ) -> None:
         m = _models()
-        self.dim, self.client, self.collection = int(dim), client, collection
+        self.dim, self.client, self.collection = as_positive_int(dim, "dim"), client, collection
         self.alpha = float(as_alpha(alpha, 1)[0])
         self.k_factor, self.n_tail = k_factor, n_tail
         if not client.collection_exists(collection):
@@ -186,8 +195,7 @@ class QdrantNormIndex:
     def remove(self, ids: ArrayLike) -> int:
         """Remove ``ids``; unknown ids raise :class:`UnknownIdError` and remove nothing."""
         m = _models()
-        arr = np.atleast_1d(np.asarray(ids))
-        arr = as_ids(arr, arr.shape[0])
+        arr = as_ids(ids)  # the core's id parser: 3.7, '3', None, NaN, [[1]] are refused
         present = set(self._existing(arr))
         missing = [int(i) for i in arr if int(i) not in present]
         if missing:

@@ -121,6 +121,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     """
 
     # Search options, checked on every assignment (``index.hnsw_ef = 0`` raises, not searches).
+    alpha = Checked(lambda v, _name: float(as_alpha(v, 1)[0]))
     hnsw_ef = Checked(as_positive_int)
     k_factor = Checked(lambda v, _name: as_k_factor(v))
     n_tail = Checked(as_count)
@@ -143,7 +144,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     ) -> None:
         qe = edge_module()
         self.path = Path(path)
-        self.alpha = float(as_alpha(alpha, 1)[0])
+        self.alpha = alpha
         self.hnsw_ef, self.k_factor, self.n_tail, self.exact = hnsw_ef, k_factor, n_tail, exact
         m, ef_construct = as_positive_int(m, "m"), as_positive_int(ef_construct, "ef_construct")
         # The option table's bounds: past them the engine raises an untyped OverflowError.

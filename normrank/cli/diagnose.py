@@ -76,10 +76,11 @@ def diagnose_command(
         print(f"| {name} | {', '.join(f'{g:g}' for g in e['cv_gammas']) or '-'} | {e['auroc']:.3f} | "
               f"{e['threshold_precision']:.3f} ({e['threshold_f1']:.3f}) |")  # fmt: skip
     print(f"\n{dg.verdict}")
-    if dg.run.by_depth:
-        from normrank.sweep.depth_report import depth_sections
+    if dg.run.by_depth:  # per depth bucket, the gradient test, and the paper's Figure 6 as depth.png
+        from normrank.sweep.depth_report import depth_sections, write_depth_plot
 
         print(depth_sections([dg.run]))
+        write_depth_plot([dg.run], out / "depth.png")
     err.print(
         f"wrote {out}/diagnosis.png, calibration.json, sweep.json" + (f", {json_out}" if json_out else "")
     )

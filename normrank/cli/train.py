@@ -27,8 +27,8 @@ def train_head_command(
     temperature: float = typer.Option(0.05, help="InfoNCE temperature."),
     batch_size: int = typer.Option(256, help="Pairs per minibatch (in-batch negatives)."),
     max_epochs: int = typer.Option(300, help="Stop here if the norm has not converged (logged as such)."),
-    tol: float = typer.Option(1e-3, help="Norm convergence: relative change of the mean norm per epoch."),
-    patience: int = typer.Option(3, help="Epochs in a row under --tol."),
+    tol: float = typer.Option(1e-2, help="Norm convergence: relative change of the mean norm per epoch."),
+    patience: int = typer.Option(5, help="Epochs in a row under --tol."),
     steps_per_epoch: int = typer.Option(
         None, help="Minibatches per epoch (default: one pass over the pairs)."
     ),

@@ -12,7 +12,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -215,6 +215,8 @@ def _read_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int], 
                 continue  # the header
         if len(row) != 3:
             hint = " (a TREC qrels line 'query 0 doc grade'?)" if len(row) == 4 else ""
+            if len(row) == 1 and len(text.split()) >= 3:
+                hint = " (columns separated by spaces? BEIR qrels separate them by tabs)"
             raise InvalidInputError(
                 f"{path}:{no}: expected 3 tab-separated columns (query-id, corpus-id, score), "
                 f"got {len(row)}{hint}: {text[:80]!r}"

@@ -139,8 +139,11 @@ def _classes(el: Any) -> set[str]:
 def parse_html(text: str | bytes, path: str = "", title: str = "") -> Page:
     """Parse one HTML page (text, or bytes whose encoding the page declares) into its headings and
     paragraphs (module docstring: the rules)."""
-    import lxml.html
-    from lxml import etree
+    try:
+        import lxml.html
+        from lxml import etree
+    except ImportError as e:
+        raise MissingDependencyError("HTML sources need lxml: pip install 'normrank[depth]'") from e
 
     try:
         if isinstance(text, bytes):

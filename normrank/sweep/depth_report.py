@@ -106,9 +106,22 @@ def depth_markdown(
     *,
     sweep_s: float | None = None,
     machine: str = "",
+    full: dict[str, Any] | None = None,
 ) -> str:
-    """A whole depth report: the collections, the paper's text rows, then :func:`depth_sections`."""
+    """A whole depth report: the collections (the swept samples, and whole-corpus builds' cost),
+    the paper's text rows, then :func:`depth_sections`."""
     out = ["# The depth sweep (TREC CAR's protocol) on real documentation\n\n"]
+    if full:
+        out.append(
+            f"Whole-corpus builds ({machine}): "
+            + "; ".join(
+                f"{n}: {st['pages_used']} pages, {st['paragraphs']} paragraphs, "
+                + ", ".join(f"{b} {q}" for b, q in st["queries_per_depth"].items())
+                + f" queries, {st['seconds']:.1f} s"
+                for n, st in full.items()
+            )
+            + ". The sweeps below run on seeded page samples (`--max-pages`, seed 0):\n\n"
+        )
     if sets:
         out.append(
             "| collection | source | format | pages | paragraphs | duplicates merged | "

@@ -36,13 +36,15 @@ def train_head_on_features(
     *,
     out_dim: int | None = None,
     groups: np.ndarray | None = None,
+    monitor: np.ndarray | None = None,
     progress: bool = False,
 ) -> tuple[Any, TrainResult]:
     """(head ``torch.nn.Linear``, result): a linear head trained on pairs of feature rows
     ``(anchors[ia[k]], positives[ib[k]])``. ``groups`` defaults to the anchor row (pairs sharing
-    an anchor are not each other's negatives)."""
+    an anchor are not each other's negatives). ``monitor``: the feature rows whose mean output
+    norm is logged and judged for convergence (default: a seeded subset of both sides)."""
     head = make_head(anchors.shape[1], out_dim or anchors.shape[1], cfg.seed)
-    model = LinearOnFeatures(anchors, positives, ia, ib, head, seed=cfg.seed)
+    model = LinearOnFeatures(anchors, positives, ia, ib, head, seed=cfg.seed, monitor=monitor)
     groups = np.asarray(ia) if groups is None else groups
     return head, fit(model, len(ia), cfg, groups=groups, progress=progress)
 
@@ -81,8 +83,8 @@ def train_head(
     temperature: float = 0.05,
     batch_size: int = 256,
     max_epochs: int = 300,
-    tol: float = 1e-3,
-    patience: int = 3,
+    tol: float = 1e-2,
+    patience: int = 5,
     steps_per_epoch: int | None = None,
     max_pairs: int = 0,
     max_seq_length: int | None = None,

@@ -55,6 +55,7 @@ class LinearOnFeatures:
         ib: np.ndarray,
         head: torch.nn.Linear,
         seed: int = 0,
+        monitor: np.ndarray | None = None,
     ) -> None:
         import torch
 
@@ -66,8 +67,11 @@ class LinearOnFeatures:
         self.b = torch.as_tensor(np.ascontiguousarray(positives, dtype=np.float32))
         self.ia, self.ib = np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
         self.head = head
-        both = torch.cat([self.a, self.b])
-        self.monitor = both[torch.as_tensor(_monitor_rows(len(both), seed))]
+        if monitor is not None:
+            self.monitor = torch.as_tensor(np.ascontiguousarray(monitor, dtype=np.float32))
+        else:
+            both = torch.cat([self.a, self.b])
+            self.monitor = both[torch.as_tensor(_monitor_rows(len(both), seed))]
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return list(self.head.parameters())

@@ -9,6 +9,10 @@ and the index must save and load unchanged ("what is accepted can be saved and l
 filesystem failure at a random step of ``save`` followed by a save that must succeed; valid
 saves mutated and re-signed, which must be refused or load into an index that works.
 
+Classes grown for issue #25: the Qdrant Edge backend under the same values and call sequences
+(ids, weights, magnitudes, alphas, options), after which every document must be returnable and
+the shard must close and reopen unchanged.
+
 Profiles (env NORMRANK_TEST_PROFILE): ``small`` (default, CI) runs ~1,400 calls; ``full`` runs
 >= 20,000. The counts are printed at the end of the module (``-s``).
 """
@@ -16,9 +20,13 @@ Profiles (env NORMRANK_TEST_PROFILE): ``small`` (default, CI) runs ~1,400 calls;
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import shutil
+import tempfile
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -538,9 +546,163 @@ def _cli_ok(res) -> None:
     assert res.exit_code in (0, 2), (res.exit_code, res.output)
 
 
+# -- the Qdrant Edge backend: the same classes, then a close and a reopen ------------------------
+
+HAVE_EDGE = importlib.util.find_spec("qdrant_edge") is not None
+_EDGE_TEMPLATE: list[Path] = []
+
+
+def _fresh_edge(path: Path):
+    """A small filled shard, built once and copied (the shard is a folder) for every example."""
+    from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
+
+    if not _EDGE_TEMPLATE:
+        t = Path(tempfile.mkdtemp(prefix="normrank-edge-fuzz-")) / "shard"
+        rng = np.random.default_rng(0)
+        ei = QdrantEdgeNormIndex(t, DIM, exact=True)
+        ei.add(rng.normal(size=(10, DIM)) * rng.lognormal(size=(10, 1)), ids=np.arange(10) * 3)
+        ei.close()
+        _EDGE_TEMPLATE.append(t)
+    shutil.copytree(_EDGE_TEMPLATE[0], path)
+    return QdrantEdgeNormIndex(path, alpha=0.5, exact=True)
+
+
+def _edge_snapshot(ei):
+    s, i = ei.search(_QUERIES, 5, alpha=0.5)
+    w = None if ei._weights is None else ei._weights.copy()
+    return ei.ids, ei.norm_of(ei.ids), w, len(ei), s, i
+
+
+def _same_edge(a, b) -> bool:
+    return all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _call_edge(name: str, ei, fn) -> object:
+    """As :func:`_call`, on the Edge backend: a raised error is a NormrankError and changes nothing."""
+    name = f"edge:{name}"
+    COUNTS[name] += 1
+    before = _edge_snapshot(ei), (ei.alpha, ei.hnsw_ef, ei.k_factor, ei.n_tail, ei.exact)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn()
+    except NormrankError as e:
+        OUTCOMES[f"{name}:{type(e).__name__}"] += 1
+        after = _edge_snapshot(ei), (ei.alpha, ei.hnsw_ef, ei.k_factor, ei.n_tail, ei.exact)
+        assert _same_edge(before[0], after[0]) and before[1] == after[1], f"{name}: {e!r} changed the shard"
+        return e
+    OUTCOMES[f"{name}:ok"] += 1
+    return out
+
+
+def _edge_every_document_returnable(ei, alphas) -> None:
+    if not len(ei):
+        return
+    q = np.random.default_rng(len(ei)).normal(size=(2, DIM))
+    for a in alphas:
+        COUNTS["edge:search-all"] += 1
+        scores, ids = ei.search(q, len(ei), alpha=a)
+        assert np.isfinite(scores).all(), (a, scores)
+        for row in ids:
+            assert sorted(row.tolist()) == sorted(ei.ids.tolist()), (a, row)
+
+
+_EDGE_OPTIONS = st.tuples(
+    st.sampled_from(["hnsw_ef", "k_factor", "n_tail", "exact", "alpha"]),
+    st.sampled_from([0, 1, 7, -1, 2**16, 2**16 + 1, 2**64, 1.5, "8", None, True, np.nan, 16.5, [1.0]]),
+)
+
+
+@pytest.mark.skipif(not HAVE_EDGE, reason="qdrant-edge-py is not installed")
+@settings(
+    max_examples=300 if FULL else 40,
+    deadline=None,
+    derandomize=not FULL,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), arrays(rows=st.integers(0, 3)), ids_st),
+            st.tuples(st.just("add-magnitudes"), st.lists(MAGNITUDES, min_size=1, max_size=3)),
+            st.tuples(st.just("search"), arrays(rows=st.integers(0, 3)), k_st, alpha_st),
+            st.tuples(st.just("remove"), id_query_st),
+            st.tuples(st.just("norm_of"), id_query_st),
+            st.tuples(
+                st.just("set_weights"),
+                st.one_of(
+                    weights_st, st.lists(st.one_of(_good_weight, st.sampled_from(F32_STORABLE)), min_size=1)
+                ),
+                st.sampled_from([True, True, False]),
+            ),
+            st.tuples(st.just("clear_weights")),
+            st.tuples(st.just("option"), _EDGE_OPTIONS),
+        ),
+        min_size=2,
+        max_size=8,
+    ),
+    alphas=st.lists(st.floats(-16, 16), min_size=1, max_size=2),
+)
+def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
+    """The Edge backend under the core's hostile classes: every error typed and changing nothing;
+    then every document returnable at alphas across [-16, 16], and the shard, closed and reopened,
+    holds the same ids, norms and weights and answers the same."""
+    from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
+
+    path = tmp_path_factory.mktemp("edgefz") / "shard"
+    ei = _fresh_edge(path)
+    rng = np.random.default_rng(len(ops))
+    for op in ops:
+        w_needed = ei._weights is not None
+        if op[0] == "add":
+            w = np.ones(len(np.atleast_1d(op[1]))) if w_needed and np.ndim(op[1]) else None
+            _call_edge("add", ei, lambda op=op, w=w: ei.add(op[1], ids=op[2], weights=w))
+        elif op[0] == "add-magnitudes":
+            mags = np.array(op[1])
+            x = rng.normal(size=(mags.size, DIM))
+            x = x / np.linalg.norm(x, axis=1, keepdims=True) * mags[:, None]
+            w = mags if w_needed else None
+            _call_edge("add", ei, lambda x=x, w=w: ei.add(x, weights=w))
+        elif op[0] == "search":
+            out = _call_edge("search", ei, lambda op=op: ei.search(op[1], op[2], alpha=op[3]))
+            if not isinstance(out, NormrankError):
+                s, i = out
+                assert s.dtype == np.float32 and i.dtype == np.int64 and s.shape == i.shape
+                assert np.isin(i[i >= 0], ei.ids).all() and not np.isnan(s).any()
+                assert np.isneginf(s[i < 0]).all()
+        elif op[0] == "set_weights":
+            w = np.resize(np.array(op[1], dtype=object), len(ei)).tolist() if op[2] and op[1] else op[1]
+            _call_edge("set_weights", ei, lambda w=w: ei.set_weights(w))
+        elif op[0] == "clear_weights":
+            _call_edge("clear_weights", ei, ei.clear_weights)
+        elif op[0] == "option":
+            name, value = op[1]
+            _call_edge(f"set-{name}", ei, lambda name=name, value=value: setattr(ei, name, value))
+        else:
+            _call_edge(op[0], ei, lambda op=op: getattr(ei, op[0])(op[1]))
+    ei.exact = True  # every document returnable: an exact search (the options fuzzed above may differ)
+    _edge_every_document_returnable(ei, [-16.0, -2.0, 0.0, 2.0, 16.0, *alphas])
+    before = _edge_snapshot(ei)
+    options = {"hnsw_ef": ei.hnsw_ef, "k_factor": ei.k_factor, "n_tail": ei.n_tail}
+    ei.close()
+    COUNTS["edge:reopen"] += 1
+    again = QdrantEdgeNormIndex(path, exact=True, **options)
+    assert _same_edge(before, _edge_snapshot(again)), "the reopened shard differs"
+    OUTCOMES["edge:reopen:ok"] += 1
+    _edge_every_document_returnable(again, alphas)
+    again.close()
+
+
 def test_zz_report():
     """Prints the case counts (runs last in this module)."""
     total = sum(COUNTS.values())
     assert OUTCOMES["save+load:ok"] == COUNTS["save"]  # every save of an accepted state loaded
+    assert OUTCOMES["edge:reopen:ok"] == COUNTS["edge:reopen"]  # every Edge shard reopened unchanged
     print(f"\n[fuzz] profile={'full' if FULL else 'small'} total_calls={total} {dict(COUNTS)}")
     print(f"[fuzz] outcomes {dict(sorted(OUTCOMES.items()))}")
+    # An untyped error is not caught by _call / _call_edge: it fails its test, so reaching here means 0.
+    print(f"[fuzz] untyped errors 0; Edge shards reopened unchanged {OUTCOMES['edge:reopen:ok']}")

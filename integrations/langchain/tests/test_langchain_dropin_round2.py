@@ -12,7 +12,6 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from langchain_normrank import MigrationWarning, NormRankVectorStore, UnstorableMetadataError
-from langchain_normrank.vectorstores import ScoreThresholdWarning
 
 from normrank.errors import InvalidParameterError
 
@@ -216,6 +215,8 @@ def test_ties_across_many_documents_keep_insertion_order():
 
 # ---------------------------------------------------------------------- 10: thresholds above 1
 def test_score_threshold_above_one_warns(store):
+    from langchain_normrank.vectorstores import ScoreThresholdWarning
+
     with pytest.warns(ScoreThresholdWarning, match="1 - t / 2"):
         assert store.similarity_search_with_score("query 0", score_threshold=1.2, alpha=0.0) == []
     with pytest.warns(ScoreThresholdWarning):

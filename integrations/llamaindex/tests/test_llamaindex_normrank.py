@@ -298,12 +298,35 @@ def test_unit_norm_vectors_warn_once(corpus):
         filled(corpus)  # raw vectors: silent
 
 
+def llamaindex_mmr(corpus, j: int, alpha: float, k: int, lam: float) -> tuple[list[int], list[float]]:
+    """LlamaIndex's get_top_k_mmr_embeddings loop in plain Python, relevance cos * ||d||**alpha:
+    the first pick scores lam * s, each next lam * s - (1 - lam) * cos(d, the latest pick)."""
+    d = corpus["docs"].astype(np.float64)
+    s = brute(corpus, j, alpha, k=len(d))
+    rel = np.empty(len(d))
+    rel[s[0]] = s[1]
+    unit = d / np.linalg.norm(d, axis=1, keepdims=True)
+    best = max(range(len(d)), key=lambda i: (rel[i] * lam, -i))
+    picks, scores, score = [], [], rel[best] * lam
+    while len(picks) < k:
+        picks.append(best)
+        scores.append(score)
+        score, nxt = -np.inf, None
+        for i in range(len(d)):
+            if i not in picks and lam * rel[i] - (1 - lam) * unit[i] @ unit[best] > score:
+                score, nxt = lam * rel[i] - (1 - lam) * unit[i] @ unit[best], i
+        best = nxt
+    return picks, scores
+
+
 def test_mmr_mode(corpus):
     store = filled(corpus, norm_alpha=-1.0)
     res = store.query(q(corpus, 2, k=4, mode=VectorStoreQueryMode.MMR), mmr_threshold=0.3)
     assert len(res.ids) == 4 and len(set(res.ids)) == 4
     assert ints(res.ids)[0] == brute(corpus, 2, -1.0, k=1)[0][0]
-    assert set(ints(res.ids)) <= set(brute(corpus, 2, -1.0, k=20)[0])
+    picks, scores = llamaindex_mmr(corpus, 2, -1.0, 4, 0.3)
+    assert ints(res.ids) == picks
+    assert res.similarities == pytest.approx(scores, abs=1e-5)
     with pytest.raises(InvalidParameterError):
         store.query(q(corpus, 2, mode=VectorStoreQueryMode.SVM))
 

@@ -17,6 +17,7 @@ import asyncio
 import fnmatch
 import inspect
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -95,14 +96,20 @@ def build_index(cls: type) -> VectorStoreIndex:
 
 
 # ---------------------------------------------------------------------- comparable forms
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
 def summary(x: Any) -> Any:
+    """A comparable form (fresh uuid4 node ids as one placeholder: both stores get LlamaIndex's)."""
+    if isinstance(x, str) and UUID.match(x):
+        return "<uuid4>"
     if isinstance(x, VectorStoreQueryResult):
         sims = None if x.similarities is None else [round(float(s), 4) for s in x.similarities]
-        return ("result", list(x.ids or []), sims)
+        return ("result", summary(list(x.ids or [])), sims)
     if hasattr(x, "node") and hasattr(x, "score"):  # NodeWithScore
-        return ("hit", x.node.node_id, None if x.score is None else round(float(x.score), 4))
+        return ("hit", summary(x.node.node_id), None if x.score is None else round(float(x.score), 4))
     if isinstance(x, TextNode):
-        return ("node", x.node_id, x.text, json.dumps(x.metadata, sort_keys=True), x.ref_doc_id)
+        return ("node", summary(x.node_id), x.text, json.dumps(x.metadata, sort_keys=True), x.ref_doc_id)
     if isinstance(x, (list, tuple)):
         return [summary(v) for v in x]
     if isinstance(x, dict):
@@ -126,7 +133,7 @@ def store_state(store: Any) -> Any:
 
 
 def index_state(index: VectorStoreIndex) -> Any:
-    docs = sorted(index.docstore.docs)
+    docs = sorted(summary(list(index.docstore.docs)))
     try:
         refs = sorted(index.ref_doc_info)
     except NotImplementedError:
@@ -146,7 +153,7 @@ class Call:
     variant: str = ""
 
 
-_PYDANTIC = {"model_construct", "model_copy", "model_dump", "model_dump_json", "model_json_schema"}
+_PYDANTIC = set(dir(__import__("pydantic").BaseModel)) | {"model_construct", "model_copy", "model_dump", "model_dump_json", "model_json_schema"}
 _PYDANTIC |= {"model_parametrized_name", "model_post_init", "model_rebuild", "model_validate"}
 _PYDANTIC |= {"model_validate_json", "model_validate_strings", "copy", "dict", "json", "parse_file"}
 _PYDANTIC |= {"parse_obj", "parse_raw", "schema", "schema_json", "update_forward_refs", "validate"}
@@ -184,7 +191,12 @@ def all_calls() -> list[Call]:
         if name not in _INDEX_SKIP:
             calls += signature_calls(VectorStoreIndex, name, "index")
     calls.append(Call("index from_documents", "index", "from_documents"))
-    retriever_params = [p for p in inspect.signature(VectorIndexRetriever.__init__).parameters if p not in ("self", "index", "kwargs")]
+    # as_retriever passes some itself (node_ids, callback_manager, object_map): not the user's
+    own = set(re.findall(r"(\w+)=", inspect.getsource(VectorStoreIndex.as_retriever)))
+    retriever_params = [
+        p for p in inspect.signature(VectorIndexRetriever.__init__).parameters
+        if p not in ("self", "index", "kwargs") and p not in own
+    ]
     calls += [Call(f"as_retriever({p}=)", "retriever", p) for p in [*retriever_params, "vector_store_kwargs"]]
     calls += [Call(f"as_retriever(vector_store_query_mode={m.value})", "retriever", "vector_store_query_mode", variant=m.value) for m in VectorStoreQueryMode]  # fmt: skip
     for mode in VectorStoreQueryMode:
@@ -209,12 +221,9 @@ def value(call: Call, arg: str, cls: type, tmp: Path) -> Any:
         docs = [Document(id_="d1", text="doc 31"), Document(id_="d99", text="doc 32")]
         return docs[0] if arg == "document" else docs
     if arg == "persist_path":
-        return str(tmp / "default__vector_store.json")
+        return "./storage/default__vector_store.json"
     if arg == "persist_dir":
-        store = fresh_store(cls)
-        store.add(make_nodes(embedded=True))
-        store.persist(str(tmp / "default__vector_store.json"))
-        return str(tmp)
+        return "./storage"
     if arg == "data":
         store = fresh_store(cls)
         store.add(make_nodes(embedded=True))
@@ -231,8 +240,21 @@ _CLASS_LEVEL = {"from_dict", "from_json", "from_persist_dir", "from_persist_path
 
 def run_store(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
     tmp.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    os.chdir(tmp)  # default paths (./storage) land in this call's folder
+    try:
+        return _run_store(call, cls, tmp)
+    finally:
+        os.chdir(here)
+
+
+def _run_store(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
     store = fresh_store(cls)
     store.add(make_nodes(embedded=True))
+    if call.method.startswith("from_") and "persist" in call.method:  # what a user loads: a persist
+        saved = fresh_store(cls)
+        saved.add(make_nodes(embedded=True))
+        saved.persist("./storage/default__vector_store.json")
     try:
         kwargs = {a: value(call, a, cls, tmp) for a in [*call.args, *call.kwargs]}
         target = cls if call.method in _CLASS_LEVEL else store
@@ -244,6 +266,8 @@ def run_store(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
             out = None if out is None else "client"
         if call.method == "persist":
             out = summary(cls.from_persist_path(kwargs.get("persist_path", "./storage/vector_store.json")))
+        if call.method in ("to_dict", "to_json"):  # formats differ; what they carry must not
+            out = (cls.from_dict if call.method == "to_dict" else cls.from_json)(out)
         if call.method in ("class_name",):
             out = "class_name"
         return "ok", (summary(out), store_state(store))
@@ -253,6 +277,15 @@ def run_store(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
 
 def run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
     tmp.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    os.chdir(tmp)
+    try:
+        return _run_index(call, cls, tmp)
+    finally:
+        os.chdir(here)
+
+
+def _run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
     try:
         if call.method == "from_documents":
             docs = [Document(id_=f"d{i}", text=f"doc {i}", metadata={"group": i % 3}) for i in range(N)]
@@ -315,6 +348,8 @@ def run_query(call: Call, cls: type) -> tuple[str, Any]:
 
 
 def classify(theirs: tuple[str, Any], ours: tuple[str, Any]) -> str:
+    if ours[0] == "raised" and theirs[0] == "raised" and type(ours[1]) is type(theirs[1]):
+        return "same"  # LlamaIndex's own error, raised for both (e.g. no LLM configured)
     if ours[0] == "raised":
         err = ours[1]
         if not isinstance(err, NormrankError):

@@ -351,9 +351,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
     # ------------------------------------------------------------------ persistence
     def persist(
         self,
-        persist_path: str = os.path.join(
-            DEFAULT_PERSIST_DIR, f"default{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"
-        ),
+        persist_path: str = os.path.join(DEFAULT_PERSIST_DIR, DEFAULT_PERSIST_FNAME),  # SimpleVectorStore's
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         """Write the store atomically (no pickle): JSON plus an index folder beside it.

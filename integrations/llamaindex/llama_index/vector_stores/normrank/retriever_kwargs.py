@@ -70,7 +70,8 @@ def _route(kwargs: dict[str, Any], retriever_names: set[str], forwarded: set[str
     for name in sorted(dropped):
         if name in forwarded:
             continue
-        close = difflib.get_close_matches(name, sorted(retriever_names | set(_ROUTED)), n=1, cutoff=0.75)
+        known = retriever_names | set(_ROUTED) | {"vector_store_kwargs"}
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
         if close:
             raise UnknownArgumentError(
                 f"as_retriever() got {name}=, which LlamaIndex's VectorIndexRetriever would drop without "

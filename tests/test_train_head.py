@@ -1,0 +1,290 @@
+"""normrank.train and ``normrank train-head`` on a tiny BERT built here and on synthetic features:
+the loss falls, norms converge (to one equilibrium from different starts), the saved folder
+loads through the resolver and gives the training-time embeddings, outputs are not unit length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("safetensors")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from normrank.cli import app  # noqa: E402
+from normrank.encoders import load_encoder, model_identity  # noqa: E402
+from normrank.errors import InvalidInputError, InvalidParameterError, NormrankError  # noqa: E402
+from normrank.train import TrainConfig, fit, symmetric_infonce, train_head, train_head_on_features  # noqa: E402
+from normrank.train.loop import convergence_steps, sgdw_step  # noqa: E402
+from normrank.train.pairs import cache_model_key  # noqa: E402
+from normrank.train.run import save_head_folder  # noqa: E402
+from normrank.train.synthetic import concepts, frequency_sets  # noqa: E402
+from normrank.train.trainables import LastBlockOnStates, LinearOnFeatures, make_head  # noqa: E402
+
+WORDS = (
+    "protein cell gene yeast folding heat flow wing air pressure library index query search paper "
+    "norm length model train data test fast slow small large blue red green house river stone"
+).split()
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory) -> Path:
+    """A 2-layer, 32-wide BERT with mean pooling, saved as a sentence-transformers folder."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-st")
+    bert = folder / "bert"
+    bert.mkdir()
+    (bert / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    BertTokenizerFast(vocab_file=str(bert / "vocab.txt")).save_pretrained(bert)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=5 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    BertModel(cfg).save_pretrained(bert)
+    tr = models.Transformer(str(bert), max_seq_length=32)
+    st = SentenceTransformer(modules=[tr, models.Pooling(32, "mean")], device="cpu")
+    out = folder / "st"
+    st.save(str(out))
+    return out
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 9)))) for _ in range(n)]
+
+
+@pytest.fixture
+def pairs_tsv(tmp_path: Path) -> Path:
+    a, b = _sentences(48, 1), _sentences(48, 2)
+    p = tmp_path / "pairs.tsv"
+    p.write_text("# anchor\tpositive\n" + "".join(f"{x}\t{x} {y}\n" for x, y in zip(a, b, strict=True)))
+    return p
+
+
+# ------------------------------------------------------------------------------- the objective
+def test_loss_equals_an_independent_numpy_infonce_and_masks_repeated_anchors() -> None:
+    from normrank.probe.loss import symmetric_infonce as probe_loss
+
+    rng = np.random.default_rng(0)
+    za, zb = rng.standard_normal((6, 5)), rng.standard_normal((6, 5))
+    groups = np.array([0, 1, 1, 2, 3, 3])
+
+    def ref(mask: bool) -> float:
+        a = za / np.linalg.norm(za, axis=1, keepdims=True)
+        b = zb / np.linalg.norm(zb, axis=1, keepdims=True)
+        s = a @ b.T / 0.1
+        if mask:
+            s[(groups[:, None] == groups[None, :]) & ~np.eye(6, dtype=bool)] = -np.inf
+        lse_r = np.log(np.exp(s).sum(1))
+        lse_c = np.log(np.exp(s).sum(0))
+        return float(0.5 * ((lse_r - np.diag(s)).mean() + (lse_c - np.diag(s)).mean()))
+
+    ta, tb = torch.tensor(za), torch.tensor(zb)
+    assert float(symmetric_infonce(ta, tb, 0.1)) == pytest.approx(ref(False), rel=1e-10)
+    assert float(symmetric_infonce(ta, tb, 0.1)) == pytest.approx(float(probe_loss(ta, tb, 0.1)), rel=1e-12)
+    assert float(symmetric_infonce(ta, tb, 0.1, torch.tensor(groups))) == pytest.approx(ref(True), rel=1e-10)
+    # scale invariance (the paper's assumption A): rescaling either side changes nothing
+    assert float(symmetric_infonce(3 * ta, 0.2 * tb, 0.1)) == pytest.approx(ref(False), rel=1e-10)
+
+
+def test_sgdw_is_the_task_step_then_the_decoupled_decay() -> None:
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    p.grad = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    sgdw_step([p], lr=0.1, weight_decay=0.2)
+    expect = (np.array([1.0, -2.0]) - 0.1 * np.array([0.5, 0.25])) * (1 - 0.1 * 0.2)
+    np.testing.assert_allclose(p.detach().numpy(), expect, rtol=0, atol=1e-15)
+
+
+def test_bad_settings_are_typed_errors() -> None:
+    with pytest.raises(InvalidParameterError, match="batch_size"):
+        TrainConfig(weight_decay=0.1, batch_size=500).check(100)
+    with pytest.raises(InvalidParameterError, match="weight_decay"):
+        TrainConfig(weight_decay=-1).check(100)
+    with pytest.raises(InvalidParameterError, match="lr \\* weight_decay"):
+        TrainConfig(weight_decay=20, lr=0.1).check(100)
+    assert convergence_steps(0.1, 0.01) == 1000 and convergence_steps(0.1, 0.0) == 0
+
+
+# ------------------------------------------------------------------------ training on features
+def _train(cs, lam: float, scale: float = 1.0, **kw):
+    cfg = TrainConfig(weight_decay=lam, lr=0.05, batch_size=32, steps_per_epoch=60, max_epochs=150, **kw)
+    head = make_head(cs.anchors.shape[1], cs.anchors.shape[1], cfg.seed)
+    with torch.no_grad():
+        head.weight.mul_(scale)
+    model = LinearOnFeatures(cs.anchors, cs.contexts, cs.ia, cs.ib, head, monitor=cs.anchors)
+    return head, fit(model, len(cs.ia), cfg, groups=cs.ia)
+
+
+def test_loss_falls_and_the_norm_converges_to_one_equilibrium_from_different_starts() -> None:
+    cs = concepts(32, 10, 16, seed=3)
+    _, small = _train(cs, 0.3, scale=1.0)
+    _, large = _train(cs, 0.3, scale=4.0)
+    for res in (small, large):
+        assert res.converged, res.stop_reason
+        assert res.epochs[-1]["steps"] >= res.min_steps
+        assert res.epochs[-1]["loss"] < res.epochs[0]["loss"]
+        assert all(e["norm_rel_change"] < res.config.tol for e in res.epochs[-res.config.patience :])
+    # the equilibrium is set by heat and decay, not by where the weights started (4x apart)
+    assert large.initial_norm > 3 * small.initial_norm
+    assert large.final_norm == pytest.approx(small.final_norm, rel=0.1)
+
+
+def test_more_weight_decay_gives_smaller_norms() -> None:
+    cs = concepts(32, 10, 16, seed=3)
+    _, weak = _train(cs, 0.1)
+    _, strong = _train(cs, 1.0)
+    assert weak.converged and strong.converged
+    assert strong.final_norm < weak.final_norm
+
+
+def test_a_small_decay_cannot_stop_before_its_relaxation_time() -> None:
+    cs = concepts(16, 4, 8, seed=0)
+    cfg = TrainConfig(weight_decay=0.01, lr=0.05, batch_size=16, steps_per_epoch=100, max_epochs=50, tol=0.5)
+    _, res = train_head_on_features(cs.anchors, cs.contexts, cs.ia, cs.ib, cfg)
+    assert res.min_steps == 2000
+    assert res.converged and res.epochs[-1]["steps"] >= 2000
+
+
+def test_synthetic_frequency_sets_hold_the_semantic_content_fixed() -> None:
+    sets = frequency_sets((5, 20), n_targets=2, n_background=3, background_positives=4, dim=8)
+    a, b = sets[5], sets[20]
+    np.testing.assert_array_equal(a.anchors, b.anchors)
+    # rho=5 contexts of target 0 are the first five of rho=20's
+    np.testing.assert_array_equal(a.contexts[:5], b.contexts[:5])
+    np.testing.assert_array_equal(a.contexts[10:], b.contexts[40:])  # the same background
+    assert (a.ia == 0).sum() == 5 and (b.ia == 0).sum() == 20
+
+
+# ------------------------------------------------------------------- the runner and its folder
+def test_cache_key_is_the_sweeps() -> None:
+    from normrank.sweep.embed import model_key
+
+    for m, o in [("all-MiniLM-L6-v2", None), ("sentence-transformers/x", {"max_seq_length": 64, "device": "cpu"})]:
+        assert cache_model_key(m, o) == model_key(m, o)
+
+
+def test_train_head_cli_writes_a_folder_the_resolver_loads(tiny_st, pairs_tsv, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("NORMRANK_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "head"
+    args = ["train-head", str(pairs_tsv), "--model", str(tiny_st), "--weight-decay", "0.5", "--out", str(out),
+            "--batch-size", "16", "--lr", "0.05", "--steps-per-epoch", "20", "--max-epochs", "200", "--quiet"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["converged"] is True
+    assert all(isinstance(e["loss"], float) and isinstance(e["mean_norm"], float) for e in log["epochs"])
+    assert log["epochs"][-1]["loss"] < log["epochs"][0]["loss"]
+    assert (out / "tokenizer.json").is_file()
+
+    enc = load_encoder(out)
+    assert enc.kind == "normrank-head" and model_identity(out)["kind"] == "normrank-head"
+    # the training-time embeddings: the cached base features of the anchors through the saved head
+    from normrank.corpus.embedding_cache import EmbeddingCache
+    from normrank.train.pairs import tsv_pair_set
+
+    side = tsv_pair_set(pairs_tsv).anchors
+    feats = EmbeddingCache().load(cache_model_key(str(tiny_st), None), side.ids, "text", texts=side.texts)
+    assert feats is not None
+    with torch.no_grad():
+        expect = enc.head(torch.as_tensor(feats)).numpy()
+    got = enc.encode(side.texts)
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-5)
+    norms = np.linalg.norm(got, axis=1)
+    assert not np.allclose(norms, 1.0, atol=1e-3) and norms.std() > 0
+    assert norms.mean() == pytest.approx(log["epochs"][-1]["final_norm"], rel=0.5)
+
+    # an existing head is not replaced silently
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    assert CliRunner().invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_sweep_runs_unchanged_on_a_trained_head(tiny_st, pairs_tsv, tmp_path, monkeypatch) -> None:
+    from normrank.sweep import run_sweep
+
+    monkeypatch.setenv("NORMRANK_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "head"
+    train_head([str(pairs_tsv)], str(tiny_st), 0.5, out, batch_size=16, steps_per_epoch=10, max_epochs=3,
+               progress=False)  # fmt: skip
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    docs, queries = _sentences(30, 5), _sentences(6, 6)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
+                                               for i, t in enumerate(docs)))  # fmt: skip
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
+                                                for i, t in enumerate(queries)))  # fmt: skip
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" +
+                                             "".join(f"q{i}\td{3 * i}\t1\n" for i in range(6)))  # fmt: skip
+    (run,) = run_sweep([str(beir)], [str(out)], show_progress=False, permutations=9)
+    assert run.controls["length_unit"] == "tokens"  # the copied tokenizer.json is found
+    assert np.isfinite(run.cv_gain_pct)
+
+
+def test_last_block_variant_saves_what_it_trained(tiny_st, tmp_path) -> None:
+    enc = load_encoder(tiny_st)
+    a, b = _sentences(24, 7), _sentences(24, 8)
+    ia = ib = np.arange(24)
+    head = make_head(enc.dim, 16, 0)
+    trainable = LastBlockOnStates(enc, a, b, ia, ib, head, batch_size=8)
+    assert trainable.block_path.endswith(".1")
+    before = {k: v.clone() for k, v in trainable.block.state_dict().items()}
+    cfg = TrainConfig(weight_decay=0.5, lr=0.05, batch_size=8, steps_per_epoch=6, max_epochs=30, tol=0.05)
+    res = fit(trainable, 24, cfg, groups=trainable.ia)
+    assert res.epochs[-1]["loss"] < res.epochs[0]["loss"]
+    assert any(not torch.equal(before[k], v) for k, v in trainable.block.state_dict().items())
+    with torch.no_grad():
+        expect = trainable._embed_rows(np.arange(5)).numpy()  # the first 5 distinct texts are a[:5]
+    meta = {"format": 1, "kind": "normrank-head", "base": str(tiny_st), "variant": "last-block", "in_dim": 32,
+            "out_dim": 16, "bias": False, "block": trainable.block_path}  # fmt: skip
+    out = tmp_path / "lb"
+    save_head_folder(out, meta, head, trainable.block, res, str(tiny_st), overwrite=False)
+    loaded = load_encoder(out)
+    assert loaded.dim == 16
+    np.testing.assert_allclose(loaded.encode(a[:5]), expect, rtol=1e-4, atol=1e-5)
+    # the base model on disk is untouched: a fresh load has the old block
+    fresh = load_encoder(tiny_st).torch_module.get_submodule(trainable.block_path).state_dict()
+    assert all(torch.equal(before[k], v) for k, v in fresh.items())
+
+
+def test_probe_scope_head_moves_the_trained_head(tiny_st, pairs_tsv, tmp_path, monkeypatch) -> None:
+    from normrank.probe import probe
+
+    monkeypatch.setenv("NORMRANK_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "head"
+    train_head([str(pairs_tsv)], str(tiny_st), 0.5, out, batch_size=16, steps_per_epoch=5, max_epochs=2,
+               progress=False)  # fmt: skip
+    enc = load_encoder(out)
+    texts = _sentences(5, 9)
+    res = probe(enc, texts, [(x, x + " river") for x in _sentences(20, 10)], steps=4, batch_size=8, scope="head")
+    assert res.settings["n_scoped_params"] == enc.head.weight.numel()
+    assert np.all(res.heat > 0)
+
+
+def test_bad_inputs_are_typed_errors(tiny_st, tmp_path) -> None:
+    from normrank.encoders import ModelNotFoundError
+
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("x")
+    with pytest.raises(InvalidInputError, match="not a trained-head folder"):
+        train_head(["x.tsv"], str(tiny_st), 0.1, keep, progress=False)
+    beir = tmp_path / "b"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    with pytest.raises(InvalidInputError, match="train.tsv does not exist"):
+        train_head([str(beir)], str(tiny_st), 0.1, tmp_path / "h", progress=False)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "normrank_head.json").write_text('{"format": 99}')
+    with pytest.raises(NormrankError, match="format"):
+        load_encoder(bad)
+    with pytest.raises(ModelNotFoundError):
+        load_encoder("normrank-head:" + str(tmp_path / "missing"))
