@@ -80,6 +80,7 @@ def main() -> int:
         "--encode-only", action="store_true", help="build the sets, fill the embedding cache, stop"
     )
     ap.add_argument("--permutations", type=int, default=DEFAULT_PERMUTATIONS)
+    ap.add_argument("--no-full-builds", action="store_true", help="skip timing the whole-corpus builds")
     ap.add_argument("--skip", nargs="*", default=[], metavar="CORPUS:MODEL",
                     help="pairs left out of the sweep (e.g. not encoded in the time there was); reported")  # fmt: skip
     args = ap.parse_args()
@@ -128,7 +129,7 @@ def main() -> int:
     write_all(runs, args.out)
     (args.out / "per_query.csv").unlink()  # ~1.5 MB of per-query rows: regenerated, not committed
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
-    full = full_builds(args.corpora, root)
+    full = {} if args.no_full_builds else full_builds(args.corpora, root)
     meta = {
         name: {
             "source": CORPORA[name][0],

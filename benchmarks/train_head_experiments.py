@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--rhos", default="5,20,100,500,2000")
     t.add_argument("--targets", type=int, default=4)
     t.add_argument("--dim", type=int, default=128)
-    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--weight-decay", type=float, default=0.3)
     t.add_argument("--lr", type=float, default=0.05)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--steps-per-epoch", type=int, default=250)

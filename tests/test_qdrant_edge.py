@@ -629,7 +629,7 @@ def test_a_second_opener_is_refused_and_the_first_is_untouched(tmp_path):
     assert out.startswith("typed:") and "in use" in out, out
     with pytest.raises(IndexStateError, match="in use"):
         QdrantEdgeNormIndex(tmp_path / "l")  # this process too
-    ei.add(x[:3])
+    ei.add(clustered(3, 1, d=8, seed=10)[0])  # (not copies of x: ties could come back swapped)
     ei.flush()
     before = ei.search(q, 10, alpha=-1.0)
     ei.close()

@@ -112,43 +112,56 @@ def test_bad_settings_are_typed_errors() -> None:
 
 
 # ------------------------------------------------------------------------ training on features
-def _train(cs, lam: float, scale: float = 1.0, **kw):
-    cfg = TrainConfig(weight_decay=lam, lr=0.05, batch_size=32, steps_per_epoch=60, max_epochs=150, **kw)
-    head = make_head(cs.anchors.shape[1], cs.anchors.shape[1], cfg.seed)
+def _train(anchors, contexts, ia, ib, lam: float, lr: float = 0.1, scale: float = 1.0, max_epochs: int = 80):
+    cfg = TrainConfig(weight_decay=lam, lr=lr, batch_size=16, steps_per_epoch=20, max_epochs=max_epochs,
+                      tol=0.03, checks_per_epoch=5)  # fmt: skip
+    head = make_head(anchors.shape[1], anchors.shape[1], cfg.seed)
     with torch.no_grad():
         head.weight.mul_(scale)
-    model = LinearOnFeatures(cs.anchors, cs.contexts, cs.ia, cs.ib, head, monitor=cs.anchors)
-    return head, fit(model, len(cs.ia), cfg, groups=cs.ia)
+    model = LinearOnFeatures(anchors, contexts, ia, ib, head, monitor=anchors)
+    return head, fit(model, len(ia), cfg, groups=ia)
 
 
-def test_loss_falls_and_the_norm_converges_to_one_equilibrium_from_different_starts() -> None:
-    cs = concepts(32, 10, 16, seed=3)
-    _, small = _train(cs, 0.3, scale=1.0)
-    _, large = _train(cs, 0.3, scale=4.0)
+def _with_nuisance(x: np.ndarray, seed: int, dims: int = 8, scale: float = 3.0) -> np.ndarray:
+    """Large random directions beside the signal: raw cosines are mostly noise until a head drops them."""
+    rng = np.random.default_rng(seed)
+    return np.hstack([x, scale * rng.standard_normal((len(x), dims)).astype(np.float32) / np.sqrt(dims)])
+
+
+def test_the_loss_falls_when_the_head_has_something_to_learn() -> None:
+    cs = concepts(16, 8, 8, spread=(0.3, 0.6), seed=3)
+    a, c = _with_nuisance(cs.anchors, 0), _with_nuisance(cs.contexts, 1)
+    _, res = _train(a, c, cs.ia, cs.ib, 0.1, lr=0.05, max_epochs=30)
+    assert res.epochs[-1]["loss"] < 0.5 * res.epochs[0]["loss"]
+
+
+def test_the_norm_converges_to_one_equilibrium_from_different_starts() -> None:
+    cs = concepts(16, 8, 8, seed=3)
+    _, small = _train(cs.anchors, cs.contexts, cs.ia, cs.ib, 0.3, scale=1.0)
+    _, large = _train(cs.anchors, cs.contexts, cs.ia, cs.ib, 0.3, scale=4.0)
     for res in (small, large):
         assert res.converged, res.stop_reason
         assert res.epochs[-1]["steps"] >= res.min_steps
-        assert res.epochs[-1]["loss"] < res.epochs[0]["loss"]
         assert all(e["norm_rel_change"] < res.config.tol for e in res.epochs[-res.config.patience :])
     # the equilibrium is set by heat and decay, not by where the weights started (4x apart)
-    assert large.initial_norm > 3 * small.initial_norm
-    assert large.final_norm == pytest.approx(small.final_norm, rel=0.1)
+    assert large.initial_norm > 3.5 * small.initial_norm
+    assert large.final_norm == pytest.approx(small.final_norm, rel=0.05)
+    assert small.final_norm < 0.7 * small.initial_norm
 
 
 def test_more_weight_decay_gives_smaller_norms() -> None:
-    cs = concepts(32, 10, 16, seed=3)
-    _, weak = _train(cs, 0.1)
-    _, strong = _train(cs, 1.0)
-    assert weak.converged and strong.converged
-    assert strong.final_norm < weak.final_norm
+    cs = concepts(16, 8, 8, seed=3)
+    tail = [np.mean([e["mean_norm"] for e in r.epochs[-5:]])
+            for _, r in (_train(cs.anchors, cs.contexts, cs.ia, cs.ib, lam, max_epochs=30) for lam in (0.3, 3.0))]  # fmt: skip
+    assert tail[1] < 0.85 * tail[0]
 
 
 def test_a_small_decay_cannot_stop_before_its_relaxation_time() -> None:
     cs = concepts(16, 4, 8, seed=0)
-    cfg = TrainConfig(weight_decay=0.01, lr=0.05, batch_size=16, steps_per_epoch=100, max_epochs=50, tol=0.5)
+    cfg = TrainConfig(weight_decay=0.05, lr=0.1, batch_size=16, steps_per_epoch=20, max_epochs=50, tol=0.5)
     _, res = train_head_on_features(cs.anchors, cs.contexts, cs.ia, cs.ib, cfg)
-    assert res.min_steps == 2000
-    assert res.converged and res.epochs[-1]["steps"] >= 2000
+    assert res.min_steps == 200
+    assert res.converged and res.epochs[-1]["steps"] == 200  # tol=0.5 alone would stop at epoch 5
 
 
 def test_synthetic_frequency_sets_hold_the_semantic_content_fixed() -> None:

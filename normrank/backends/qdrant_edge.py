@@ -34,6 +34,7 @@ searched through the filtered graph), as for FAISS ANN indexes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -118,6 +119,12 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     Every ``add`` / ``remove`` / ``set_weights`` is one engine update, written to the shard's
     write-ahead log before it returns: after :meth:`close`, or a crash, reopening the folder
     returns every acknowledged point with its norm.
+
+    As NormIndex: one opener at a time (a second gets :class:`IndexStateError`, the first is
+    untouched); default ids never reuse a removed id, after a reopen too; ids, weights and
+    integer options go through the core's checks (:mod:`normrank.validation`), and powers
+    ``w**alpha`` beyond float32 saturate by the core's rule
+    (:func:`normrank.search.norm_band.powered`) rather than failing in the engine.
     """
 
     # Search options, checked on every assignment (``index.hnsw_ef = 0`` raises, not searches).
@@ -157,6 +164,10 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         try:
             self._open(qe, dim, m, ef_construct, threshold_kb, threads)
         except BaseException:
+            shard = self.__dict__.pop("_shard", None)  # the engine's WAL lock first, then the folder's
+            if shard is not None:
+                with contextlib.suppress(Exception):
+                    shard.close()
             self._release()
             raise
 

@@ -36,24 +36,18 @@ def build_command(
 ) -> None:
     """Each heading path is a query (page title, then headings); the paragraphs under it are its
     relevant passages. Writes a BEIR-layout folder for ``normrank sweep DIR --by-depth``."""
-    from rich.console import Console
-
+    from normrank.cli.sweep import user_errors
     from normrank.corpus.depthset import build_depthset
-    from normrank.errors import NormrankError
 
-    err = Console(stderr=True)
-    try:
+    with user_errors():  # a NormrankError: one plain "error:" line (no markup: ids hold brackets), exit 2
         st = build_depthset(
             sources, out, fmt=fmt, qrels=qrels, max_pages=max_pages, seed=seed, min_words=min_words,
             show_progress=not quiet,
         )  # fmt: skip
-    except NormrankError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
     depths = ", ".join(f"{b}: {n}" for b, n in st.queries_per_depth.items())
     skipped = ", ".join(f"{n} {why}" for why, n in st.pages_skipped.items()) or "none"
     print(
         f"{st.pages_used} pages ({st.pages_found} found; skipped: {skipped}), {st.paragraphs} paragraphs "
         f"({st.duplicates_merged} duplicates merged), queries {depths}, {st.qrels} qrels, {st.seconds:.1f} s"
     )
-    err.print(f"wrote {out}/corpus.jsonl, queries.jsonl, qrels/test.tsv, depthset.json")
+    typer.echo(f"wrote {out}/corpus.jsonl, queries.jsonl, qrels/test.tsv, depthset.json", err=True)

@@ -610,6 +610,18 @@ def _edge_every_document_returnable(ei, alphas) -> None:
             assert sorted(row.tolist()) == sorted(ei.ids.tolist()), (a, row)
 
 
+def _edge_reference(ei) -> NormIndex:
+    """NormIndex over the shard's own points (its unit vectors times their norms, its weights):
+    the exact reference an Edge search must equal, score for score (ties may swap ids)."""
+    ids = ei.ids
+    unit = np.array(ei._unit_vectors(ids), dtype=np.float64)
+    ref = NormIndex(DIM)
+    ref.add(unit * ei.norm_of(ids).astype(np.float64)[:, None], ids)
+    if ei._weights is not None:
+        ref.set_weights(ei._weights, ids)
+    return ref
+
+
 _EDGE_OPTIONS = st.tuples(
     st.sampled_from(["hnsw_ef", "k_factor", "n_tail", "exact", "alpha"]),
     st.sampled_from([0, 1, 7, -1, 2**16, 2**16 + 1, 2**64, 1.5, "8", None, True, np.nan, 16.5, [1.0]]),
@@ -630,6 +642,7 @@ _EDGE_OPTIONS = st.tuples(
             st.tuples(st.just("add"), arrays(rows=st.integers(0, 3)), ids_st),
             st.tuples(st.just("add-magnitudes"), st.lists(MAGNITUDES, min_size=1, max_size=3)),
             st.tuples(st.just("search"), arrays(rows=st.integers(0, 3)), k_st, alpha_st),
+            st.tuples(st.just("search-valid"), st.integers(1, 12), st.floats(-16, 16)),
             st.tuples(st.just("remove"), id_query_st),
             st.tuples(st.just("norm_of"), id_query_st),
             st.tuples(
@@ -667,13 +680,18 @@ def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
             x = x / np.linalg.norm(x, axis=1, keepdims=True) * mags[:, None]
             w = mags if w_needed else None
             _call_edge("add", ei, lambda x=x, w=w: ei.add(x, weights=w))
-        elif op[0] == "search":
-            out = _call_edge("search", ei, lambda op=op: ei.search(op[1], op[2], alpha=op[3]))
+        elif op[0].startswith("search"):
+            q, k, a = (rng.normal(size=(2, DIM)), *op[1:]) if op[0] == "search-valid" else op[1:]
+            out = _call_edge("search", ei, lambda q=q, k=k, a=a: ei.search(q, k, alpha=a))
             if not isinstance(out, NormrankError):
                 s, i = out
                 assert s.dtype == np.float32 and i.dtype == np.int64 and s.shape == i.shape
                 assert np.isin(i[i >= 0], ei.ids).all() and not np.isnan(s).any()
                 assert np.isneginf(s[i < 0]).all()
+                if op[0] == "search-valid" and len(ei):
+                    COUNTS["edge:search-vs-normindex"] += 1
+                    ref_s, _ = _edge_reference(ei).search(q, k, alpha=a)
+                    np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-30)
         elif op[0] == "set_weights":
             w = np.resize(np.array(op[1], dtype=object), len(ei)).tolist() if op[2] and op[1] else op[1]
             _call_edge("set_weights", ei, lambda w=w: ei.set_weights(w))

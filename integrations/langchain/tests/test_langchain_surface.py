@@ -297,6 +297,54 @@ def run_retriever(call: Call, cls: type) -> tuple[str, Any]:
         return "raised", e
 
 
+def _flow_existing_id(cls: type) -> Any:
+    store = build(cls)
+    store.add_texts(["new a"], ids=["0"])
+    return state(store)
+
+
+def _flow_unknown_id(cls: type) -> Any:
+    store = build(cls)
+    store.delete(ids=["0", "no such id"])
+    return state(store)
+
+
+def _flow_ties(cls: type) -> Any:
+    store = cls.from_texts(["foo", "foo", "bar", "foo", "foo"], EMB, ids=["1", "2", "3", "4", "5"])
+    return [[d.id for d in store.similarity_search("foo", k=k)] for k in (1, 2, 3)]
+
+
+def _flow_int_ids(cls: type) -> Any:
+    store = cls.from_texts(["doc 1", "doc 2", "doc 3"], EMB, ids=[1, 2, 3])
+    store.delete(ids=[1])
+    return summary(store.get_by_ids([2, 3]))
+
+
+def _flow_docstore_edit(cls: type) -> Any:
+    store = build(cls)
+    store.docstore.search("5").metadata["group"] = 99
+    return summary(store.similarity_search("query 0", k=3, filter={"group": 99}))
+
+
+#: What users do that no single signature shows: the README's prose claims, checked here.
+FLOWS = {
+    "flow add_texts(an existing id)": _flow_existing_id,
+    "flow delete(an unknown id)": _flow_unknown_id,
+    "flow ties in insertion order": _flow_ties,
+    "flow int ids through delete and get_by_ids": _flow_int_ids,
+    "flow docstore metadata edit, then filter": _flow_docstore_edit,
+}
+
+
+def run_flow(fn: Any, cls: type) -> tuple[str, Any]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return "ok", fn(cls)
+    except Exception as e:
+        return "raised", e
+
+
 def attribute_names() -> list[str]:
     store = build(FAISS)
     props = [n for n in dir(FAISS) if not n.startswith("_") and isinstance(getattr(FAISS, n), property)]
@@ -359,6 +407,8 @@ def surface_outcomes(tmp: Path) -> dict[str, str]:
             out[call.label] = classify(theirs, ours)
     for call in retriever_calls():
         out[call.label] = classify(run_retriever(call, FAISS), run_retriever(call, NormRankVectorStore))
+    for label, fn in FLOWS.items():
+        out[label] = classify(run_flow(fn, FAISS), run_flow(fn, NormRankVectorStore))
     for name in attribute_names():
         out[f"attribute {name}"] = classify(
             attribute_outcome(name, FAISS), attribute_outcome(name, NormRankVectorStore)

@@ -80,9 +80,13 @@ def test_query_engine_arguments_still_pass_and_norm_alpha_reaches_the_store():
     from llama_index.core.llms import MockLLM
 
     index = index_over(NormRankVectorStore(dim=DIM, norm_alpha=0.0))
-    engine = index.as_query_engine(llm=MockLLM(), response_mode="compact", similarity_top_k=3, streaming=False)
+    engine = index.as_query_engine(
+        llm=MockLLM(), response_mode="compact", similarity_top_k=3, streaming=False
+    )
     assert len(engine.query("query 0").source_nodes) == 3
-    a = [n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=5, norm_alpha=-2.0).retrieve("query 1")]
+    a = [
+        n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=5, norm_alpha=-2.0).retrieve("query 1")
+    ]
     b = [n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=5).retrieve("query 1")]
     assert a != b  # the per-retriever alpha reached the search
     simple = index_over(SimpleVectorStore())
@@ -94,12 +98,17 @@ def test_docstore_and_ref_doc_info_are_filled_as_over_simple(tmp_path):
     ours, simple = index_over(NormRankVectorStore(dim=DIM)), index_over(SimpleVectorStore())
     assert len(ours.docstore.docs) == len(simple.docstore.docs) == N
     assert sorted(ours.ref_doc_info) == sorted(simple.ref_doc_info) == sorted(f"d{i}" for i in range(N))
-    changed = [Document(id_="d3", text="doc 7", metadata={"group": 0}), Document(id_="d1", text="doc 1", metadata={"group": 1})]
+    changed = [
+        Document(id_="d3", text="doc 7", metadata={"group": 0}),
+        Document(id_="d1", text="doc 1", metadata={"group": 1}),
+    ]
     assert ours.refresh_ref_docs(changed) == simple.refresh_ref_docs(changed) == [True, False]
     ours.delete_ref_doc("d5", delete_from_docstore=True)
     assert "d5" not in ours.ref_doc_info and len(ours.vector_store) == N - 1
     ours.storage_context.persist(str(tmp_path))
-    ctx = StorageContext.from_defaults(persist_dir=str(tmp_path), vector_store=NormRankVectorStore.from_persist_dir(str(tmp_path)))
+    ctx = StorageContext.from_defaults(
+        persist_dir=str(tmp_path), vector_store=NormRankVectorStore.from_persist_dir(str(tmp_path))
+    )
     again = load_index_from_storage(ctx, embed_model=EMB)
     assert sorted(again.ref_doc_info) == sorted(ours.ref_doc_info)
     assert [n.node.ref_doc_id for n in again.as_retriever(similarity_top_k=4).retrieve("query 2")] == [
@@ -111,7 +120,7 @@ def test_nodes_in_the_store_alone_when_asked():
     index = index_over(NormRankVectorStore(dim=DIM), store_nodes_override=False)
     assert not index.docstore.docs
     with pytest.raises(NotImplementedError):
-        index.ref_doc_info
+        _ = index.ref_doc_info
     assert len(index.as_retriever(similarity_top_k=3).retrieve("query 0")) == 3
 
 
@@ -122,20 +131,28 @@ def test_mmr_equals_simple_vector_store(threshold, k):
     ours, simple = index_over(NormRankVectorStore(dim=DIM)), index_over(SimpleVectorStore())
     extra = {} if threshold is None else {"vector_store_kwargs": {"mmr_threshold": threshold}}
     for j in range(3):
-        got = [
-            [(n.node.ref_doc_id, round(n.score, 5)) for n in idx.as_retriever(similarity_top_k=k, vector_store_query_mode="mmr", **extra).retrieve(f"query {j}")]  # fmt: skip
-            for idx in (ours, simple)
-        ]
+        got = []
+        for idx in (ours, simple):
+            retriever = idx.as_retriever(similarity_top_k=k, vector_store_query_mode="mmr", **extra)
+            got.append([(n.node.ref_doc_id, round(n.score, 5)) for n in retriever.retrieve(f"query {j}")])
         assert got[0] == got[1]
 
 
 def test_mmr_with_filters_equals_simple_vector_store():
     filters = MetadataFilters(filters=[MetadataFilter(key="group", value=2)])
     ours, simple = NormRankVectorStore(dim=DIM), SimpleVectorStore()
-    nodes = [TextNode(id_=f"n{i}", text=f"doc {i}", metadata={"group": i % 4}, embedding=EMB._table[f"doc {i}"]) for i in range(N)]
+    nodes = [
+        TextNode(id_=f"n{i}", text=f"doc {i}", metadata={"group": i % 4}, embedding=EMB._table[f"doc {i}"])
+        for i in range(N)
+    ]
     ours.add(nodes)
     simple.add(nodes)
-    q = VectorStoreQuery(query_embedding=EMB._table["query 3"], similarity_top_k=6, mode=VectorStoreQueryMode.MMR, filters=filters)
+    q = VectorStoreQuery(
+        query_embedding=EMB._table["query 3"],
+        similarity_top_k=6,
+        mode=VectorStoreQueryMode.MMR,
+        filters=filters,
+    )
     a, b = ours.query(q, mmr_threshold=0.4), simple.query(q, mmr_threshold=0.4)
     assert a.ids == b.ids
     assert a.similarities == pytest.approx(b.similarities, abs=1e-6)

@@ -153,7 +153,13 @@ class Call:
     variant: str = ""
 
 
-_PYDANTIC = set(dir(__import__("pydantic").BaseModel)) | {"model_construct", "model_copy", "model_dump", "model_dump_json", "model_json_schema"}
+_PYDANTIC = set(dir(__import__("pydantic").BaseModel)) | {
+    "model_construct",
+    "model_copy",
+    "model_dump",
+    "model_dump_json",
+    "model_json_schema",
+}
 _PYDANTIC |= {"model_parametrized_name", "model_post_init", "model_rebuild", "model_validate"}
 _PYDANTIC |= {"model_validate_json", "model_validate_strings", "copy", "dict", "json", "parse_file"}
 _PYDANTIC |= {"parse_obj", "parse_raw", "schema", "schema_json", "update_forward_refs", "validate"}
@@ -194,14 +200,25 @@ def all_calls() -> list[Call]:
     # as_retriever passes some itself (node_ids, callback_manager, object_map): not the user's
     own = set(re.findall(r"(\w+)=", inspect.getsource(VectorStoreIndex.as_retriever)))
     retriever_params = [
-        p for p in inspect.signature(VectorIndexRetriever.__init__).parameters
+        p
+        for p in inspect.signature(VectorIndexRetriever.__init__).parameters
         if p not in ("self", "index", "kwargs") and p not in own
     ]
     calls += [Call(f"as_retriever({p}=)", "retriever", p) for p in [*retriever_params, "vector_store_kwargs"]]
     calls += [Call(f"as_retriever(vector_store_query_mode={m.value})", "retriever", "vector_store_query_mode", variant=m.value) for m in VectorStoreQueryMode]  # fmt: skip
     for mode in VectorStoreQueryMode:
-        for fld in ["", *[f for f in VectorStoreQuery.__dataclass_fields__ if f not in ("query_embedding", "mode")]]:
-            calls.append(Call(f"query(mode={mode.value}{', ' + fld + '=' if fld else ''})", "query", fld, variant=mode.value))
+        for fld in [
+            "",
+            *[f for f in VectorStoreQuery.__dataclass_fields__ if f not in ("query_embedding", "mode")],
+        ]:
+            calls.append(
+                Call(
+                    f"query(mode={mode.value}{', ' + fld + '=' if fld else ''})",
+                    "query",
+                    fld,
+                    variant=mode.value,
+                )
+            )
     return calls
 
 
@@ -316,7 +333,12 @@ def _run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
 def run_retriever(call: Call, cls: type) -> tuple[str, Any]:
     values = {"similarity_top_k": 3, "filters": FILTERS, "alpha": 0.5, "node_ids": ["n1", "n4", "n7"]}
     values |= {"doc_ids": ["d1", "d2"], "sparse_top_k": 3, "hybrid_top_k": 3, "callback_manager": None}
-    values |= {"object_map": {}, "embed_model": EMB, "verbose": True, "vector_store_kwargs": {"mmr_threshold": 0.3}}
+    values |= {
+        "object_map": {},
+        "embed_model": EMB,
+        "verbose": True,
+        "vector_store_kwargs": {"mmr_threshold": 0.3},
+    }
     values |= {"vector_store_query_mode": call.variant or "mmr"}
     if call.method not in values:
         raise AssertionError(f"no value for as_retriever({call.method}=): add one to this test")
@@ -339,7 +361,11 @@ def run_query(call: Call, cls: type) -> tuple[str, Any]:
     try:
         store = fresh_store(cls)
         store.add(make_nodes(embedded=True))
-        fields = {"query_embedding": EMB._table["query 0"], "similarity_top_k": 4, "mode": VectorStoreQueryMode(call.variant)}
+        fields = {
+            "query_embedding": EMB._table["query 0"],
+            "similarity_top_k": 4,
+            "mode": VectorStoreQueryMode(call.variant),
+        }
         if call.method:
             fields[call.method] = values[call.method]
         return "ok", summary(store.query(VectorStoreQuery(**fields)))
@@ -366,9 +392,15 @@ def surface_outcomes(tmp: Path) -> dict[str, str]:
         warnings.simplefilter("ignore")
         for call in all_calls():
             if call.kind == "store":
-                pair = [run_store(call, c, tmp / c.__name__ / call.label) for c in (SimpleVectorStore, NormRankVectorStore)]
+                pair = [
+                    run_store(call, c, tmp / c.__name__ / call.label)
+                    for c in (SimpleVectorStore, NormRankVectorStore)
+                ]
             elif call.kind == "index":
-                pair = [run_index(call, c, tmp / c.__name__ / call.label) for c in (SimpleVectorStore, NormRankVectorStore)]
+                pair = [
+                    run_index(call, c, tmp / c.__name__ / call.label)
+                    for c in (SimpleVectorStore, NormRankVectorStore)
+                ]
             elif call.kind == "retriever":
                 pair = [run_retriever(call, c) for c in (SimpleVectorStore, NormRankVectorStore)]
             else:
