@@ -376,7 +376,8 @@ class NormIndex(SearchKnobs):
         """Wrap an index that already holds vectors (see :func:`normrank.index.wrap.state_from_faiss`).
 
         ``norms`` (for an index of unit vectors): one per vector in the order they were added,
-        or ``{id: norm}``; an IVF index, which does not keep that order, reads an array by id."""
+        or ``{id: norm}``; an IVF index keeps no record of that order, so it takes the mapping only
+        (after ``index.add(x)``: ``dict(enumerate(np.linalg.norm(x, axis=1)))``)."""
         return cls.from_state(state_from_faiss(index, norms=norms, alpha=alpha, k_factor=k_factor))
 
     # -- persistence --------------------------------------------------------------------------

@@ -568,9 +568,14 @@ def _fresh_edge(path: Path):
 
 
 def _edge_snapshot(ei):
-    s, i = ei.search(_QUERIES, 5, alpha=0.5)
-    w = None if ei._weights is None else ei._weights.copy()
-    return ei.ids, ei.norm_of(ei.ids), w, len(ei), s, i
+    """Ids (sorted), norms, weights and a search of every document (k = n: no tie is cut at the k-th), its
+    rows in (score, id) order so that equal scores (fuzzed vectors repeat) compare alike."""
+    s, i = ei.search(_QUERIES, max(len(ei), 1), alpha=0.5)
+    order = np.lexsort((i, -s.astype(np.float64)), axis=1)
+    s, i = np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
+    by_id = np.argsort(ei.ids, kind="stable")  # a reopened shard lists its points by id
+    w = None if ei._weights is None else ei._weights[by_id]
+    return ei.ids[by_id], ei.norm_of(ei.ids[by_id]), w, len(ei), s, i
 
 
 def _same_edge(a, b) -> bool:
