@@ -419,3 +419,21 @@ def test_replay_model_gives_the_models_own_step_gradients(model_cls):
         strict=True,
     ):
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_the_probe_reads_collections_through_the_validating_reader(tmp_path):
+    from normrank.probe.pairs import pairs_from_qrels, read_corpus
+
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "d1", "title": "t", "text": "x"}\n{"_id": "d2", "text": \n'
+    )
+    (tmp_path / "queries.jsonl").write_text('\ufeff{"_id": "q1", "text": "a query"}\n')  # a BOM is fine
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    with pytest.raises(InvalidInputError, match=r"corpus\.jsonl:2: not valid JSON"):
+        read_corpus(tmp_path)
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "title": "t", "text": "x"}\n')
+    assert pairs_from_qrels(tmp_path) == [("a query", "t x")]
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\tone\n")
+    with pytest.raises(InvalidInputError, match=r"train\.tsv:2"):
+        pairs_from_qrels(tmp_path)

@@ -11,24 +11,18 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 
-from normrank.corpus.beir import resolve_beir_folder
+from normrank.corpus.beir import read_jsonl, read_qrels, resolve_beir_folder
 from normrank.errors import InvalidInputError
 
 __all__ = ["load_pairs", "pairs_from_qrels", "pairs_from_tsv", "read_corpus", "self_pairs"]
 
 
 def _read_jsonl(path: Path) -> dict[str, dict]:
-    out = {}
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                out[str(row["_id"])] = row
-    return out
+    """{_id: row}, every line validated by the sweep's own BEIR reader (file and line in errors)."""
+    ids, rows = read_jsonl(path, fields=("title", "text"))
+    return dict(zip(ids, rows, strict=True))
 
 
 def read_corpus(folder: str | Path) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -60,17 +54,16 @@ def pairs_from_qrels(folder: str | Path, split: str = "train") -> list[tuple[str
     queries = _read_jsonl(folder / "queries.jsonl")
     corpus = _read_jsonl(folder / "corpus.jsonl")
     pairs = []
-    with qrels.open(encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            if int(row["score"]) <= 0:
+    for qid, judged in read_qrels(qrels).items():
+        for did, score in judged.items():
+            if score <= 0:
                 continue
-            qid, did = str(row["query-id"]), str(row["corpus-id"])
             if qid not in queries or did not in corpus:
                 raise InvalidInputError(
                     f"{qrels}: query {qid!r} or document {did!r} is not in the collection"
                 )
             doc = corpus[did]
-            pairs.append((queries[qid]["text"], f"{doc.get('title', '')} {doc.get('text', '')}".strip()))
+            pairs.append((queries[qid]["text"], f"{doc.get('title') or ''} {doc.get('text') or ''}".strip()))
     return pairs
 
 
