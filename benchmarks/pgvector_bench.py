@@ -84,24 +84,55 @@ def plain_search(conn, table: str, qu: np.ndarray, batch: bool) -> np.ndarray:
     return out
 
 
-def timed_pair(plain, nr, reps: int) -> dict[str, float]:
-    """Interleaved timing: each repetition runs both (order flipped every repetition)."""
+def backend_cpu(conn):
+    """A function returning the CPU seconds (user + system) used so far by ``conn``'s server
+    process: PostgreSQL runs one backend process per connection."""
+    import psutil
+
+    proc = psutil.Process(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    def used() -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    return used
+
+
+def timed_pair(plain, nr, reps: int, cpu=None) -> dict[str, float]:
+    """Interleaved timing: each repetition runs both (order flipped every repetition). With
+    ``cpu`` (``{"plain": f, "nr": g}``, each the CPU seconds of that side's server backend so
+    far) also the CPU time each side cost: its server backend's plus this thread's, which a
+    machine shared with other jobs does not inflate as it does wall time."""
     plain(), nr()  # warm-up
-    tp, tn = [], []
+    t = {"plain": [], "nr": []}
+    c = {"plain": [], "nr": []}
     for r in range(reps):
         for name in ("plain", "nr") if r % 2 == 0 else ("nr", "plain"):
-            t0 = time.perf_counter()
-            (plain if name == "plain" else nr)()
-            (tp if name == "plain" else tn).append(time.perf_counter() - t0)
-    ratios = np.array(tn) / np.array(tp)
-    return {
-        "t_plain_ms": 1e3 * float(np.median(tp)),
-        "t_ms": 1e3 * float(np.median(tn)),
+            fn = plain if name == "plain" else nr
+            s0 = cpu[name]() if cpu else 0.0
+            c0, t0 = time.thread_time(), time.perf_counter()
+            fn()
+            t[name].append(time.perf_counter() - t0)
+            c[name].append(time.thread_time() - c0 + (cpu[name]() - s0 if cpu else 0.0))
+    ratios = np.array(t["nr"]) / np.array(t["plain"])
+    out = {
+        "t_plain_ms": 1e3 * float(np.median(t["plain"])),
+        "t_ms": 1e3 * float(np.median(t["nr"])),
         "latency_ratio": float(np.median(ratios)),
         "ratio_min": float(ratios.min()),
         "ratio_max": float(ratios.max()),
         "reps": reps,
     }
+    if cpu:
+        cr = np.array(c["nr"]) / np.maximum(np.array(c["plain"]), 1e-9)
+        out.update(
+            cpu_plain_ms=1e3 * float(np.median(c["plain"])),
+            cpu_ms=1e3 * float(np.median(c["nr"])),
+            cpu_ratio=float(np.median(cr)),
+            cpu_ratio_min=float(cr.min()),
+            cpu_ratio_max=float(cr.max()),
+        )
+    return out
 
 
 def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_queries: int) -> None:
@@ -123,6 +154,7 @@ def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_qu
     conn = psycopg.connect(uri, autocommit=True)
     register_vector(conn)
     q_single, q_batch = q[:single_queries], q[:BATCH]
+    plain_cpu, nr_cpu = backend_cpu(conn), backend_cpu(idx._connection())
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + _plain_sql(table, False), (unit(q[:1])[0],)))
     uses_index = "hnsw" in plan
     cos_ref = exact_top(xu, np.ones(x.shape[0]), unit(q_batch), 0.0)
@@ -152,7 +184,7 @@ def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_qu
                 widened = idx.last_widened
                 nr = lambda a=a, qs=qs: idx.search(qs, 10, alpha=a)  # noqa: E731
             plain = lambda qu=qu, b=nq > 1: plain_search(conn, table, qu, b)  # noqa: E731
-            t = timed_pair(plain, nr, reps)
+            t = timed_pair(plain, nr, reps, cpu={"plain": plain_cpu, "nr": nr_cpu})
             common = dict(
                 alpha=a, nq=nq, dataset=label, n=x.shape[0], params=params, plain_cosine_recall=plain_rec,
                 plain_uses_index=uses_index, build_s=build_s,
@@ -172,7 +204,7 @@ def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_qu
                     [[r[0] for r in conn.execute(fn_sql, (v, a)).fetchall()] + [-1] * 10 for v in qu]
                 )[:, :10]
                 fn = lambda qu=qu, a=a: [conn.execute(fn_sql, (v, a)).fetchall() for v in qu]  # noqa: E731
-                t = timed_pair(plain, fn, reps)
+                t = timed_pair(plain, fn, reps, cpu={"plain": plain_cpu, "nr": plain_cpu})
                 rows.append(
                     dict(backend="pgvector-sql-function", recall_at_10=recall(fn_ids, ref), **common, **t)
                 )

@@ -184,42 +184,55 @@ def _plot_fig2(rows: list[dict], points: list[tuple], fit: dict) -> None:
 
 # --------------------------------------------------------------------------------- Table 1
 def table1(args: argparse.Namespace) -> None:
-    from normrank.train import TrainConfig, train_head_on_features
+    from normrank.train import TrainConfig, fit
     from normrank.train.synthetic import frequency_sets
+    from normrank.train.trainables import LinearOnFeatures, make_head
 
     _threads()
     t0 = time.time()
     rhos = tuple(int(x) for x in args.rhos.split(","))
     sets = frequency_sets(rhos, n_targets=args.targets, dim=args.dim, seed=args.seed)
     rows = []
+    import torch
+
     for rho, cs in sets.items():
         cfg = TrainConfig(weight_decay=args.weight_decay, lr=args.lr, batch_size=args.batch_size,
-                          max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, seed=args.seed)  # fmt: skip
-        head, res = train_head_on_features(cs.anchors, cs.contexts, cs.ia, cs.ib, cfg,
-                                           monitor=cs.anchors[: args.targets])  # fmt: skip
-        import torch
+                          max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, seed=args.seed,
+                          mask_duplicates=False)  # fmt: skip
+        targets = torch.as_tensor(cs.anchors[: args.targets])
+        seen: list[np.ndarray] = []
+        holder: dict[str, Any] = {}
 
-        with torch.no_grad():
-            per_target = head(torch.as_tensor(cs.anchors[: args.targets])).norm(dim=1).numpy()
-        r_window = float(np.mean([e["mean_norm"] for e in res.epochs[-cfg.patience :]]))
+        def on_epoch(_row: dict, seen=seen, holder=holder, targets=targets) -> None:
+            with torch.no_grad():
+                seen.append(holder["head"](targets).norm(dim=1).numpy().copy())
+
+        # convergence is judged on every anchor's mean norm (stable); the targets' norms are read
+        # at each epoch's end and averaged over the last `patience` epochs and the targets
+        head = make_head(cs.anchors.shape[1], cs.anchors.shape[1], cfg.seed)
+        holder["head"] = head
+        model = LinearOnFeatures(cs.anchors, cs.contexts, cs.ia, cs.ib, head, seed=cfg.seed, monitor=cs.anchors)
+        res = fit(model, cs.n_pairs, cfg, groups=cs.ia, on_epoch=on_epoch)
+        last = np.array(seen[-cfg.patience :])  # (epochs, targets)
         row = {"rho": rho, "n_pairs": cs.n_pairs, "converged": res.converged, "steps": res.epochs[-1]["steps"],
-               "final_loss": res.epochs[-1]["loss"], "R_targets": r_window,
-               "R_per_target_final": [float(x) for x in per_target],
-               "R_background_probe": None, "seconds": round(res.seconds, 1)}  # fmt: skip
+               "final_loss": res.epochs[-1]["loss"], "R_targets": float(last.mean()),
+               "R_per_target": [float(x) for x in last.mean(axis=0)],
+               "R_all_anchors": float(np.mean([e["mean_norm"] for e in res.epochs[-cfg.patience :]])),
+               "seconds": round(res.seconds, 1)}  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
     r = np.array([x["R_targets"] for x in rows])
     cv = float(r.std(ddof=0) / r.mean())
-    per = np.array([x["R_per_target_final"] for x in rows])  # (rho, target)
+    per = np.array([x["R_per_target"] for x in rows])  # (rho, target)
     cvs = (per.std(axis=0) / per.mean(axis=0)).tolist()
     payload = {
         "experiment": "Table 1 (paper Sec. 5.2): norm against the number of positive contexts rho",
         "setup": {"rhos": list(rhos), "targets": args.targets, "background": "252 concepts x 100 contexts",
                   "dim": args.dim, "spread": 0.75, "weight_decay": args.weight_decay, "lr": args.lr,
                   "batch_size": args.batch_size, "steps_per_epoch": args.steps_per_epoch,
-                  "loss": "symmetric InfoNCE, pairs of one concept not each other's negatives",
+                  "loss": "symmetric InfoNCE, in-batch negatives, no duplicate masking (as the paper's MultipleNegativesRankingLoss)",
                   "semantic content": "target contexts are prefixes of one fixed seeded stream around a fixed centre"},  # fmt: skip
-        "runs": rows, "cv_of_mean_target_norm": cv, "cv_per_target_final": cvs,
+        "runs": rows, "cv_of_mean_target_norm": cv, "cv_per_target": cvs,
         "paper": {"max_cv": "< 2%", "distilbert": [7.346, 7.307, 7.294, 7.303, 7.344]},
         "env": _env(), "seconds": round(time.time() - t0, 1),
     }  # fmt: skip
@@ -228,10 +241,10 @@ def table1(args: argparse.Namespace) -> None:
           f"linear head, λ = {args.weight_decay}, lr = {args.lr}, batch {args.batch_size}, each ρ trained to norm "
           "convergence. `python benchmarks/train_head_experiments.py table1`.\n",
           "| | " + " | ".join(f"ρ={x}" for x in rhos) + " | CV |", "|---|" + "---:|" * (len(rhos) + 1),
-          "| mean norm of the targets (last 5 epochs) | " + " | ".join(f"{x:.4f}" for x in r) + f" | **{100 * cv:.2f}%** |",
+          "| mean norm of the targets (last 5 epochs' ends) | " + " | ".join(f"{x:.4f}" for x in r) + f" | **{100 * cv:.2f}%** |",
           "| converged | " + " | ".join("yes" if x["converged"] else "no" for x in rows) + " | |",
           "| DistilBERT, paper | 7.346 | 7.307 | 7.294 | 7.303 | 7.344 | 0.28% |", "",
-          "Per target concept (final head), CV over ρ: " + ", ".join(f"{100 * c:.2f}%" for c in cvs) + ".",
+          "Per target concept, CV over ρ: median " + f"{100 * float(np.median(cvs)):.2f}%, max {100 * max(cvs):.2f}%.",
           f"\n{_env_line()} Total {payload['seconds']:.0f} s.\n"]  # fmt: skip
     _write("table1", payload, "\n".join(md))
 
@@ -258,13 +271,13 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("table1")
     t.add_argument("--rhos", default="5,20,100,500,2000")
-    t.add_argument("--targets", type=int, default=4)
+    t.add_argument("--targets", type=int, default=16)
     t.add_argument("--dim", type=int, default=128)
     t.add_argument("--weight-decay", type=float, default=0.3)
     t.add_argument("--lr", type=float, default=0.05)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--steps-per-epoch", type=int, default=250)
-    t.add_argument("--max-epochs", type=int, default=120)
+    t.add_argument("--max-epochs", type=int, default=60)
     t.add_argument("--seed", type=int, default=0)
     s = sub.add_parser("sweep")
     s.add_argument("--collections", default=",".join(COLLECTIONS))

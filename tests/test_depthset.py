@@ -244,6 +244,20 @@ def test_page_without_top_heading_takes_its_title(tmp_path: Path) -> None:
     assert [b[0] for b in page.blocks] == ["h", "p", "h", "p", "h", "p"]
 
 
+def test_duplicates_ignore_case_and_whitespace(tmp_path: Path) -> None:
+    """TREC CAR's dedup: the same paragraph in other case or spacing is one row (first text kept),
+    relevant to each heading it occurs under."""
+    src = tmp_path / "src"
+    src.mkdir()
+    text = P["md_a"]
+    (src / "p.md").write_text(f"# Page\n\n## A\n\n{text}\n\n## B\n\n{text.upper().replace(' ', '   ')}\n")
+    st = build_depthset([src], tmp_path / "o")
+    corpus, queries, qrels = read(tmp_path / "o")
+    assert st.duplicates_merged == 1 and [r["text"] for r in corpus.values()] == [text]
+    assert {tuple(queries[q]["metadata"]["path"]) for q in qrels} == {("Page", "A"), ("Page", "B")}
+    assert all(ds == set(corpus) for ds in qrels.values())
+
+
 def _build(src: Path, out: Path, **kw) -> Path:
     build_depthset([src], out, **kw)
     return out

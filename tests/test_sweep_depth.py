@@ -203,10 +203,49 @@ def test_bucket_cv_and_null_on_noisy_per_query_values() -> None:
     e = table["d=3"]
     base = pq[2, sel].mean()
     assert e["cv_alphas"] == fa_b
-    assert e["cv_gain_pct"] == pytest.approx(100 * (pq[:, sel][ch_b, np.arange(sel.sum())].mean() - base) / base)
+    assert e["cv_gain_pct"] == pytest.approx(
+        100 * (pq[:, sel][ch_b, np.arange(sel.sum())].mean() - base) / base
+    )
     gains = []
     for j in range(k):
         _, _, cj = cross_validate(null[j][:, sel], alphas, 5, 0)
         gains.append(100 * (null[j][:, sel][cj, np.arange(sel.sum())].mean() - base) / base)
     assert e["permutation"]["null_max_pct"] == pytest.approx(max(gains))
-    assert e["permutation"]["p_value"] == pytest.approx((1 + sum(g >= e["cv_gain_pct"] - 1e-9 for g in gains)) / (k + 1))
+    assert e["permutation"]["p_value"] == pytest.approx(
+        (1 + sum(g >= e["cv_gain_pct"] - 1e-9 for g in gains)) / (k + 1)
+    )
+
+
+def test_gradient_survives_needs_all_three_tests() -> None:
+    from normrank.sweep.depth import gradient_survives
+
+    def g(p=0.001, res=(0.2, 0.001), sh=0.001, rho=0.3):
+        return {"statistic": rho, "p_value": p,
+                "controls": {"residual": {"statistic": res[0], "p_value": res[1]}, "shuffled_norms": {"p_value": sh}}}  # fmt: skip
+
+    assert gradient_survives(g()) is True
+    assert gradient_survives(g(p=0.2)) is False  # not significant
+    assert gradient_survives(g(sh=0.3)) is False  # shuffled norms do as well
+    assert gradient_survives(g(res=(0.2, 0.3))) is False  # the residual norm does not show it
+    assert gradient_survives(g(res=(-0.2, 0.001))) is False  # the residual norm shows the opposite
+    assert gradient_survives(g(), level=0.0005) is False
+    assert gradient_survives({"statistic": 0.3, "p_value": 0.001}) is None  # no controls: not judged
+    assert gradient_survives(None) is None
+
+
+def test_gradient_verdict_in_sweep_json_and_report(run_and_data, tmp_path: Path) -> None:
+    from normrank.sweep.depth import gradient_survives
+    from normrank.sweep.depth_report import depth_sections
+
+    run, *_ = run_and_data
+    g = run.depth_gradient
+    # K = 9 shuffles cannot give a permutation p under 0.05, so even the planted gradient is not
+    # judged to survive: the verdict is the rule applied, not the ρ alone.
+    assert g["controls"]["shuffled_norms"]["p_value"] >= 0.1
+    assert g["survives_controls"] is gradient_survives(g) is False
+    write_all([run], tmp_path)
+    saved = json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["depth"]["gradient"]
+    assert saved["survives_controls"] is False
+    md = depth_sections([run])
+    assert "| survives the controls |" in md and "| no |" in md
+    assert "Survive the controls: 0 of 1 runs" in md

@@ -196,7 +196,8 @@ END
 def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int) -> None:
     """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
     bigint, score float8)`` over table ``t``; its body is composed with the table as an
-    Identifier and passed as one quoted literal."""
+    Identifier and passed as one quoted literal. STABLE: both of its rounds read the snapshot
+    of the statement that calls it, whatever other clients commit meanwhile."""
     from psycopg import sql
 
     body = (
@@ -214,7 +215,7 @@ def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int
     conn.execute(
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}(query vector, alpha float8, k int) "
-            "RETURNS TABLE (id bigint, score float8) LANGUAGE plpgsql "
+            "RETURNS TABLE (id bigint, score float8) LANGUAGE plpgsql STABLE "
             "SET hnsw.ef_search = {ef} AS {body}"
         ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), body=sql.Literal(body))
     )

@@ -15,6 +15,8 @@ The depth gradient (:func:`depth_gradient`): does the per-query gain of the chos
 validated) α over cosine grow with depth? Spearman's ρ between depth (1..4, 4 = 4+) and that gain,
 with a two-sided permutation p (depths shuffled over queries); the same statistic for the length
 prior's and the residual norm's gains, and against the shuffled norms (ρ of each shuffle's gain).
+A gradient *survives the controls* (:func:`gradient_survives`) only if it is significant, beats the
+shuffled norms, and the residual norm shows it too (significant, same sign).
 """
 
 from __future__ import annotations
@@ -32,9 +34,18 @@ from normrank.sweep.controls import average_ranks, permutation_summary, spearman
 from normrank.sweep.result import SweepRun, pct
 from normrank.sweep.selection import argbest, cross_validate, cv_choose_many, median, paired_t_p
 
-__all__ = ["GRADIENT_PERMUTATIONS", "depth_gradient", "depth_table", "query_depths", "rank_gradient"]
+__all__ = [
+    "GRADIENT_PERMUTATIONS",
+    "SURVIVAL_LEVEL",
+    "depth_gradient",
+    "depth_table",
+    "gradient_survives",
+    "query_depths",
+    "rank_gradient",
+]
 
 GRADIENT_PERMUTATIONS = 999  # depth shuffles for the gradient's permutation p
+SURVIVAL_LEVEL = 0.05  # each of the three tests of gradient_survives, uncorrected for the runs compared
 
 
 def query_depths(dataset: Dataset, qids: list[str]) -> np.ndarray:
@@ -173,7 +184,7 @@ def depth_gradient(
         ),
     }
     if not run.controls:
-        return out
+        return {**out, "survives_controls": None}
     c = run.controls
     controls: dict[str, Any] = {}
     for name in ("length", "residual"):
@@ -199,4 +210,21 @@ def depth_gradient(
             "null_max_abs": float(np.abs(rho).max()),
         }
     out["controls"] = controls
+    out["survives_controls"] = gradient_survives(out)
     return out
+
+
+def gradient_survives(gradient: dict[str, Any] | None, level: float = SURVIVAL_LEVEL) -> bool | None:
+    """Whether a depth gradient survives the controls: its own p < ``level``, the shuffled norms'
+    p < ``level``, and the residual norm's ρ has the same sign with p < ``level``. None when the
+    controls were not run (nothing to judge it against)."""
+    if not gradient:
+        return None
+    c = gradient.get("controls") or {}
+    res, sh = c.get("residual"), c.get("shuffled_norms")
+    if res is None or sh is None:
+        return None
+    same_sign = np.sign(res["statistic"]) == np.sign(gradient["statistic"]) != 0
+    return bool(
+        gradient["p_value"] < level and sh["p_value"] < level and res["p_value"] < level and same_sign
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from normrank.settings import CV_METRIC
+from normrank.sweep.depth import SURVIVAL_LEVEL, gradient_survives
 from normrank.sweep.result import SweepRun
 
 __all__ = ["PAPER_TABLE3_TEXT", "depth_markdown", "depth_sections", "write_depth_plot"]
@@ -81,10 +82,14 @@ def depth_sections(runs: Sequence[SweepRun]) -> str:
         "Spearman ρ between query depth (1..4, 4 = 4+) and each query's NDCG@10 gain of the cross-validated α "
         "over cosine; p two-sided, depths permuted over queries (K = 999). The same ρ for the length prior's and "
         "the residual norm's per-query gains, and against the shuffled norms (p: share of shuffles whose |ρ| "
-        "reaches the real one).\n\n"
-        "| dataset | model | norm: ρ (p) | length prior: ρ (p) | residual norm: ρ (p) | vs shuffled norms: p |\n"
-        "|---|---|---:|---:|---:|---:|\n"
+        "reaches the real one). Survives the controls: the norm's ρ has p < "
+        f"{SURVIVAL_LEVEL}, beats the shuffled norms (p < {SURVIVAL_LEVEL}) and the residual norm's ρ has the "
+        f"same sign with p < {SURVIVAL_LEVEL}.\n\n"
+        "| dataset | model | norm: ρ (p) | length prior: ρ (p) | residual norm: ρ (p) | vs shuffled norms: p "
+        "| survives the controls |\n"
+        "|---|---|---:|---:|---:|---:|---|\n"
     )
+    verdicts = {True: "yes", False: "no", None: "–"}
     for r in runs:
         gr = r.depth_gradient or {}
         c = gr.get("controls") or {}
@@ -95,7 +100,15 @@ def depth_sections(runs: Sequence[SweepRun]) -> str:
         sh = c.get("shuffled_norms")
         out.append(
             f"| {r.dataset} | {r.model} | {cell(gr or None)} | {cell(c.get('length'))} | {cell(c.get('residual'))} | "
-            f"{_p(sh['p_value']) if sh else '–'} |\n"
+            f"{_p(sh['p_value']) if sh else '–'} | {verdicts[gradient_survives(gr or None)]} |\n"
+        )
+    judged = [r.depth_gradient for r in runs if gradient_survives(r.depth_gradient) is not None]
+    if judged:
+        n, strict = len(judged), SURVIVAL_LEVEL / len(judged)
+        out.append(
+            f"\nSurvive the controls: {sum(map(gradient_survives, judged))} of {n} runs at p < {SURVIVAL_LEVEL} "
+            f"each (uncorrected); {sum(gradient_survives(g, strict) for g in judged)} of {n} with all three "
+            f"tests at p < {strict:.4f} (Bonferroni over the {n} runs).\n"
         )
     return "".join(out)
 
@@ -107,9 +120,11 @@ def depth_markdown(
     sweep_s: float | None = None,
     machine: str = "",
     full: dict[str, Any] | None = None,
+    skipped: dict[str, str] | None = None,
 ) -> str:
     """A whole depth report: the collections (the swept samples, and whole-corpus builds' cost),
-    the paper's text rows, then :func:`depth_sections`."""
+    the paper's text rows, the (collection, model) pairs not swept and why (``skipped``:
+    ``"collection:model"`` -> reason), then :func:`depth_sections`."""
     out = ["# The depth sweep (TREC CAR's protocol) on real documentation\n\n"]
     if full:
         out.append(
@@ -143,6 +158,12 @@ def depth_markdown(
     out.append(f"\nThe paper's Table 3 text rows (TREC CAR, oracle α): {paper}; no depth pattern.\n")
     if sweep_s is not None:
         out.append(f"\nSweeps (all runs, embeddings cached): {sweep_s:.1f} s on {machine}.\n")
+    if skipped:
+        out.append(
+            "\n**Not swept** (no row below): "
+            + "; ".join(f"{pair.replace(':', ' × ', 1)} ({why})" for pair, why in skipped.items())
+            + ".\n"
+        )
     out.append(depth_sections(runs))
     return "".join(out)
 

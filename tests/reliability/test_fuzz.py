@@ -23,7 +23,6 @@ import dataclasses
 import importlib.util
 import os
 import shutil
-import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -549,22 +548,17 @@ def _cli_ok(res) -> None:
 # -- the Qdrant Edge backend: the same classes, then a close and a reopen ------------------------
 
 HAVE_EDGE = importlib.util.find_spec("qdrant_edge") is not None
-_EDGE_TEMPLATE: list[Path] = []
 
 
 def _fresh_edge(path: Path):
-    """A small filled shard, built once and copied (the shard is a folder) for every example."""
+    """A small filled shard, created for every example (not copied: the engine's write-ahead log
+    files are sparse, 32 MB each, and a copy writes them out in full)."""
     from normrank.backends.qdrant_edge import QdrantEdgeNormIndex
 
-    if not _EDGE_TEMPLATE:
-        t = Path(tempfile.mkdtemp(prefix="normrank-edge-fuzz-")) / "shard"
-        rng = np.random.default_rng(0)
-        ei = QdrantEdgeNormIndex(t, DIM, exact=True)
-        ei.add(rng.normal(size=(10, DIM)) * rng.lognormal(size=(10, 1)), ids=np.arange(10) * 3)
-        ei.close()
-        _EDGE_TEMPLATE.append(t)
-    shutil.copytree(_EDGE_TEMPLATE[0], path)
-    return QdrantEdgeNormIndex(path, alpha=0.5, exact=True)
+    rng = np.random.default_rng(0)
+    ei = QdrantEdgeNormIndex(path, DIM, alpha=0.5, exact=True)
+    ei.add(rng.normal(size=(10, DIM)) * rng.lognormal(size=(10, 1)), ids=np.arange(10) * 3)
+    return ei
 
 
 def _edge_snapshot(ei):
@@ -718,6 +712,7 @@ def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
     OUTCOMES["edge:reopen:ok"] += 1
     _edge_every_document_returnable(again, alphas)
     again.close()
+    shutil.rmtree(path.parent, ignore_errors=True)  # hundreds of examples: keep the disk free
 
 
 def test_zz_report():
