@@ -235,7 +235,7 @@ def test_gradient_survives_needs_all_three_tests() -> None:
 
 def test_gradient_verdict_in_sweep_json_and_report(run_and_data, tmp_path: Path) -> None:
     from normrank.sweep.depth import gradient_survives
-    from normrank.sweep.depth_report import depth_sections
+    from normrank.sweep.depth_report import depth_markdown, depth_sections
 
     run, *_ = run_and_data
     g = run.depth_gradient
@@ -249,3 +249,6 @@ def test_gradient_verdict_in_sweep_json_and_report(run_and_data, tmp_path: Path)
     md = depth_sections([run])
     assert "| survives the controls |" in md and "| no |" in md
     assert "Survive the controls: 0 of 1 runs" in md
+    full = depth_markdown([run], skipped={"docs:all-mpnet-base-v2": "not encoded"})
+    assert "**Not swept** (no row below): docs × all-mpnet-base-v2 (not encoded)." in full
+    assert "Not swept" not in depth_markdown([run])

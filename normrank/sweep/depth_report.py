@@ -180,6 +180,10 @@ def write_depth_plot(runs: Sequence[SweepRun], path: Path) -> None:
     models = list(dict.fromkeys(r.model for r in runs))
     fig = Figure(figsize=(3.4 * len(models) + 0.6, 2.9 * len(datasets) + 0.4), dpi=80)
     axes = fig.subplots(len(datasets), len(models), sharex=True, squeeze=False)
+    used = {(datasets.index(r.dataset), models.index(r.model)) for r in runs}
+    for i, row in enumerate(axes):
+        for j, ax in enumerate(row):
+            ax.set_visible((i, j) in used)  # a (dataset, model) pair not swept: no empty panel
     for r in runs:
         ax = axes[datasets.index(r.dataset)][models.index(r.model)]
         for i, b in enumerate(BUCKETS):
