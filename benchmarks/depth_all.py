@@ -6,11 +6,11 @@ the controls (the paper's Appendix C, Table 3 / Figure 6 layout).
     python benchmarks/depth_all.py --encode-only              # build the sets, fill the embedding cache
     python benchmarks/depth_all.py                            # the sweeps and the reports
 
-all-mpnet-base-v2 is slow on a shared 2-core CPU (~30-40 min per 1.5k paragraphs): encode it on
+all-mpnet-base-v2 is slow on a shared 2-core CPU (11-33 min per 1.3-1.7k paragraphs): encode it on
 the corpora there is time for (--encode-only --corpora C --models all-mpnet-base-v2) and sweep with
 --only-cached, which leaves out (and reports) the pairs not encoded instead of encoding them.
 
-Corpora (pages sampled whole with --max-pages, seed 0, so that each is ~2-3k paragraphs):
+Corpora (pages sampled whole with --max-pages, seed 0, so that each is ~1.3-1.7k paragraphs):
 the Python 3.11 documentation (Sphinx HTML), the PostgreSQL 15 manual (DocBook HTML) and the
 Node.js API documentation (Markdown). The sets are built under $NORMRANK_CACHE/depthsets (outside
 the repo; deterministic), embeddings are cached under $NORMRANK_CACHE.

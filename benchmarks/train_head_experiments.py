@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--seed", type=int, default=0)
     s = sub.add_parser("sweep")
     s.add_argument("--collections", default=",".join(COLLECTIONS))
-    s.add_argument("--weight-decay", type=float, default=0.1)
+    s.add_argument("--weight-decay", type=float, default=0.01)
     s.add_argument("--lr", type=float, default=0.05)
     s.add_argument("--batch-size", type=int, default=128)
     s.add_argument("--steps-per-epoch", type=int, default=250)

@@ -365,10 +365,15 @@ def _extras() -> frozenset[str]:
 
 @cache
 def _help(command: tuple[str, ...]) -> tuple[int, str]:
-    exe = shutil.which("normrank", path=str(Path(sys.executable).parent)) or "normrank"
-    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "TERM": "dumb"}
-    run = subprocess.run([exe, *command, "--help"], capture_output=True, text=True, env=env, timeout=60)
-    return run.returncode, run.stdout + run.stderr
+    """``normrank COMMAND --help``: exit code and text, in this process (a process per command
+    cost ~1.5 s each); wide, so that no option name is wrapped."""
+    from typer.testing import CliRunner
+
+    from normrank.cli import app
+
+    env = {"COLUMNS": "250", "TERMINAL_WIDTH": "250", "NO_COLOR": "1"}
+    run = CliRunner().invoke(app, [*command, "--help"], env=env)
+    return run.exit_code, run.output
 
 
 def shell_commands(code: str, console: bool = False) -> list[list[str]]:
@@ -423,6 +428,8 @@ def command_problem(cmd: list[str]) -> str | None:
     if exe == "pip":
         return _pip_problem(args)
     if exe == "normrank":
+        if not shutil.which("normrank", path=str(Path(sys.executable).parent)):
+            return "the normrank console script is not installed beside this Python"
         return _normrank_problem(args)
     if exe in GENERIC or shutil.which(exe):
         return None

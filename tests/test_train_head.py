@@ -92,7 +92,8 @@ def tiny_st(tmp_path_factory) -> Path:
         initializer_range=0.5,
     )
     bert_model = BertModel(cfg)
-    with torch.no_grad():  # so texts differ by their words (a random BERT's outputs are otherwise near-collinear)
+    # so texts differ by their words (a random BERT's outputs are otherwise near-collinear)
+    with torch.no_grad():
         bert_model.embeddings.token_type_embeddings.weight.zero_()
         bert_model.embeddings.position_embeddings.weight.mul_(0.1)
     bert_model.save_pretrained(bert)
@@ -111,7 +112,8 @@ def _sentences(n: int, seed: int) -> list[str]:
 @pytest.fixture
 def pairs_tsv(tmp_path: Path) -> Path:
     p = tmp_path / "pairs.tsv"
-    rows = "".join(f"{x}\t{' '.join(x.split()[::-1])}\n" for x in _sentences(48, 1))  # positive: words reversed
+    # the positive: the anchor's words reversed
+    rows = "".join(f"{x}\t{' '.join(x.split()[::-1])}\n" for x in _sentences(48, 1))
     p.write_text("# anchor\tpositive\n" + rows)
     return p
 

@@ -127,7 +127,8 @@ class LastBlockOnStates:
         mods = [type(m).__name__ for m in st] if st is not None else []
         pool = st[1] if len(mods) == 2 else None
         # sentence-transformers < 6 flags the mode per kind; 6 names it
-        mean = getattr(pool, "pooling_mode", None) == "mean" or getattr(pool, "pooling_mode_mean_tokens", False)
+        mode = getattr(pool, "pooling_mode", None)
+        mean = mode == "mean" or bool(getattr(pool, "pooling_mode_mean_tokens", False))
         if mods != ["Transformer", "Pooling"] or not mean:
             raise NormrankError(
                 f"variant last-block needs a sentence-transformers model Transformer -> mean Pooling, got {mods}"
