@@ -42,7 +42,14 @@ from normrank.errors import (
     UnknownIdError,
 )
 from normrank.scoring import WEIGHT_CAP
-from normrank.search.norm_band import bound_holds, first_band, hnsw_params, search_depths, start_search
+from normrank.search.norm_band import (
+    band_edge,
+    bound_holds,
+    first_band,
+    hnsw_params,
+    search_depths,
+    start_search,
+)
 from normrank.validation import (
     Checked,
     as_alpha,
@@ -602,11 +609,11 @@ def _edges(rows: list, alphas: np.ndarray, k: int, band0: int) -> np.ndarray:
     :func:`normrank.search.norm_band.bound_holds`, or every row fetched), else the band edge
     the second round must score beyond."""
     out = np.full(len(rows), np.nan)
-    for j, (_, top_s, c_t, n_band, band_edge, b_lo, b_hi) in enumerate(rows):
+    for j, (_, top_s, c_t, n_band, first_edge, b_lo, b_hi) in enumerate(rows):
         a = float(alphas[j])
         if c_t is None or (band0 and n_band < band0):  # an empty table, or every row in the band
             continue
-        w_edge = float(weight_of(band_edge if band0 else (b_hi if a > 0 else b_lo), a))
+        w_edge = float(weight_of(first_edge if band0 else (b_hi if a > 0 else b_lo), a))
         w_lo = float(min(weight_of(b_lo, a), weight_of(b_hi, a)))
         kth = float(top_s[k - 1]) if len(top_s) >= k else -np.inf
         if not bound_holds(kth, c_t, w_edge, w_lo):
@@ -615,10 +622,9 @@ def _edges(rows: list, alphas: np.ndarray, k: int, band0: int) -> np.ndarray:
 
 
 def _band_edge(kth: float, c_t: float, alpha: float) -> float:
-    """The weight-base edge beyond which every row must be scored for the bound to hold: where
-    ``c_t * w(edge) = kth``, a hair further out against rounding; every row when the bound
-    cannot shrink (``c_t <= 0`` or ``kth <= 0``), as the Qdrant backend's."""
-    if c_t <= 0 or kth <= 0:
+    """The shared band edge (:func:`normrank.search.norm_band.band_edge`); every row when the
+    bound cannot shrink, as the Qdrant backend's."""
+    edge = band_edge(kth, c_t, alpha)
+    if edge is None:
         return 0.0 if alpha > 0 else math.inf
-    edge = math.exp(min(math.log(kth / c_t) / alpha, 700.0))
-    return edge * (1 - 1e-6) if alpha > 0 else edge * (1 + 1e-6)
+    return edge

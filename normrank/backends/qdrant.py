@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
 from normrank.search.norm_band import (
     LOG_WEIGHT_CAP,
+    band_edge,
     bound_holds,
     first_band,
     hnsw_params,
@@ -326,12 +327,8 @@ class QdrantNormIndex:
         if bound_holds(kth, c_last, w_edge, w_lo):
             return None
         everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
-        if c_last <= 0 or kth <= 0:  # the bound cannot shrink: every point goes in the band
+        edge = band_edge(kth, c_last, alpha)
+        if edge is None:  # the bound cannot shrink: every point goes in the band
             return everything
-        # A hair further out than the bound needs, against float rounding (in logs: kth / c_last
-        # may be beyond float range at saturated weights).
-        with np.errstate(over="ignore", under="ignore"):
-            edge = float(np.exp((np.log(kth) - np.log(c_last)) / alpha))
-        edge *= 1 - 1e-6 if alpha > 0 else 1 + 1e-6
         moved_out = edge < tau if alpha > 0 else edge > tau
         return edge if moved_out else everything

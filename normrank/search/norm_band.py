@@ -85,6 +85,20 @@ def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool
     return bool(kth >= bound + SCORE_RTOL * abs(kth))
 
 
+def band_edge(kth: float, c_last: float, alpha: float) -> float | None:
+    """The weight base beyond which every unseen document must be scored for the bound to hold
+    (where ``c_last * edge**alpha = kth``), a hair further out against float rounding; None when
+    the bound cannot shrink (``c_last <= 0`` or ``kth <= 0``): then every document must be scored.
+
+    The one definition the Qdrant and Postgres backends share (computed in logs: ``kth / c_last``
+    may be beyond float range at saturated weights)."""
+    if c_last <= 0 or kth <= 0:
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        edge = float(np.exp((np.log(kth) - np.log(c_last)) / alpha))
+    return edge * (1 - 1e-6) if alpha > 0 else edge * (1 + 1e-6)
+
+
 def powered(base: ArrayLike, alpha: float) -> np.ndarray:
     """The core's one saturation rule (:func:`normrank.scoring.norm_weight`) in float64: ``base **
     alpha``, at most :data:`~normrank.scoring.WEIGHT_CAP`, 0 where it underflows, never inf or NaN.

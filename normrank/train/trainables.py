@@ -139,7 +139,8 @@ class LastBlockOnStates:
             p.requires_grad_(False)
         for p in self.block.parameters():
             p.requires_grad_(True)
-        texts = list(dict.fromkeys([*texts_a, *texts_b]))
+        # only the texts the pairs use: a --max-pairs subset captures no more states than it needs
+        texts = list(dict.fromkeys([*(texts_a[i] for i in ia), *(texts_b[i] for i in ib)]))
         where = {t: i for i, t in enumerate(texts)}
         self.ia = np.array([where[texts_a[i]] for i in ia], dtype=np.int64)
         self.ib = np.array([where[texts_b[i]] for i in ib], dtype=np.int64)
