@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["LastBlockOnStates", "LinearOnFeatures", "make_head"]
 
 MONITOR_ROWS = 2048  # inputs whose mean norm is the convergence signal (a seeded subset)
+BLOCK_MONITOR_ROWS = 128  # the same for variant last-block
 
 
 def make_head(in_dim: int, out_dim: int, seed: int) -> torch.nn.Linear:
@@ -154,7 +155,8 @@ class LastBlockOnStates:
                 f"replaying the last block does not reproduce the model's embeddings (max error {err:.3g}); "
                 "this model's layout is not supported by variant last-block"
             )
-        self.monitor = _monitor_rows(len(texts), seed)
+        # fewer monitored texts than the linear head's: each check runs the block over all of them
+        self.monitor = _monitor_rows(len(texts), seed)[:BLOCK_MONITOR_ROWS]
 
     def _capture(self, texts: list[str], batch_size: int, progress: bool) -> tuple[list[Any], Any]:
         import torch
