@@ -325,14 +325,13 @@ def test_by_depth_buckets_heading_path_queries() -> None:
     nd = run.per_query["ndcg@10"]
     sel = [i for i, qid in enumerate(run.query_ids) if qid.count("/") == 1]
     np.testing.assert_allclose(run.by_depth["d=2"]["ndcg@10"], nd[:, sel].mean(axis=1))
-    # Flat ids: no depth table.
+    # Flat ids: no depth table, and the user is told why (not an empty table).
     ds2, q2, d2 = planted_dataset(nq=10)
-    assert (
-        sweep_embeddings(
+    with pytest.warns(UserWarning, match="no query has a heading path"):
+        flat = sweep_embeddings(
             ds2, "m", q2, d2, alphas=[0.0, 1.0], metrics=["ndcg@10"], folds=2, by_depth=True
-        ).by_depth
-        is None
-    )
+        )
+    assert flat.by_depth is None
 
 
 @pytest.mark.parametrize("shape", [(1, 3), (511, 16), (513, 16), (2000, 40)])
