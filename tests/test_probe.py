@@ -437,3 +437,15 @@ def test_the_probe_reads_collections_through_the_validating_reader(tmp_path):
     (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\tone\n")
     with pytest.raises(InvalidInputError, match=r"train\.tsv:2"):
         pairs_from_qrels(tmp_path)
+
+
+def test_cli_probe_on_a_malformed_collection_is_one_error_line_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from normrank.cli import app
+
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "a [b] c"}\n{"_id": \n')
+    result = CliRunner().invoke(app, ["probe", str(tmp_path), "--model", "no-such-model", "--quiet"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "corpus.jsonl:2: not valid JSON" in line, line

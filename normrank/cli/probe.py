@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from normrank.cli.app import app
+from normrank.cli.sweep import user_errors
 
 
 @app.command("probe")
@@ -36,11 +37,10 @@ def probe_command(
     """Estimate each document's norm R, drift D~ and heat V~^2 (paper Appendix H) and check the theory."""
     from rich.console import Console
 
-    from normrank.errors import NormrankError
     from normrank.probe import run_probe, write_probe
 
     console = Console(stderr=True)
-    try:
+    with user_errors():  # one plain "error:" line, exit 2, as sweep and diagnose
         run = run_probe(
             data, model, scope=scope, steps=steps, batch_size=batch_size, lr=lr, temperature=temperature,
             probe_docs=probe_docs, pairs=pairs, seed=seed, encode_batch_size=encode_batch_size,
@@ -62,9 +62,6 @@ def probe_command(
             },
             weight_decay=weight_decay if weight_decay > 0 else None,
         )
-    except NormrankError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
     c, st, slope = payload["correlations"], result.settings, payload["loglog_slope_norm_vs_heat"]
     console.print(
         f"{len(ids)} docs, scope={st['scope']} ({st['path']}), {st['seconds']:.1f}s: "
