@@ -199,8 +199,21 @@ def fig2(args: argparse.Namespace) -> None:
 
 def _env_line() -> str:
     import os
+    import platform
 
-    return f"2-core Intel Xeon sandbox, shared with other jobs (load {os.getloadavg()[0]:.1f} at the end)."
+    model = (
+        next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            platform.processor() or platform.machine(),
+        )
+        if Path("/proc/cpuinfo").is_file()
+        else platform.machine()
+    )
+    return f"{os.cpu_count()} cores ({model}), load {os.getloadavg()[0]:.1f} at the end."
 
 
 def _plot_fig2(rows: list[dict], points: list[tuple], fit: dict) -> None:
