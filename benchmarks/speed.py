@@ -46,6 +46,11 @@ def _threads_from_argv(default: int = 1) -> int:
 THREADS = _threads_from_argv()
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simd_target  # noqa: E402 - no numpy: it sets the SIMD target before numpy / faiss load
+
+SIMD = simd_target.target_from_argv(sys.argv)
+simd_target.apply(SIMD)
 
 import argparse  # noqa: E402 - after the thread settings above
 import json  # noqa: E402 - after the thread settings above
@@ -56,8 +61,6 @@ from pathlib import Path  # noqa: E402 - after the thread settings above
 
 import faiss  # noqa: E402 - after the thread settings above
 import numpy as np  # noqa: E402 - after the thread settings above
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ann_alternatives import Banded, depth_growing_search  # noqa: E402
 from bench_data import real_embeddings, synthetic_like  # noqa: E402
 from bench_exact import exact_top, recall, unit  # noqa: E402
@@ -76,6 +79,8 @@ SECTIONS = ("flat", "ivf", "hnsw", "qdrant-edge", "qdrant", "pgvector")
 # nq = 1 rows time this many queries one call at a time; fewer would leave recall at the mercy of
 # a few misses (50 queries: one miss is 0.002).
 SINGLE_QUERIES = 100
+# The small real set (see main): corpora of bench_data.CORPORA.
+SMALL_REAL = ("scifact", "cacm")
 NOTES_MARKER = "<!-- notes: kept across runs -->"
 ROOT = Path(__file__).resolve().parent
 
@@ -87,6 +92,7 @@ class Timing:
 
     totals: dict[str, np.ndarray]
     per_query: dict[str, np.ndarray] | None = None
+    nq: int = 0  # queries per repetition (0: unknown)
 
     def median(self, name: str) -> float:
         return float(np.median(self.totals[name]))
@@ -104,6 +110,8 @@ class Timing:
             "t_plain_ms": 1e3 * self.median(base),
             "t_ms": 1e3 * self.median(name),
         }
+        if self.nq:  # what a query adds to plain search, in microseconds
+            out["overhead_us"] = 1e6 * (self.median(name) - self.median(base)) / self.nq
         if self.per_query is not None:
             lat, lat_base = np.median(self.per_query[name], 0), np.median(self.per_query[base], 0)
             for pct in (50, 99):
@@ -113,7 +121,7 @@ class Timing:
         return out
 
 
-def timed(fns: dict[str, callable], reps: int) -> Timing:
+def timed(fns: dict[str, callable], reps: int, nq: int = 0) -> Timing:
     """Each function once per repetition, interleaved (the order reversed every other
     repetition), so load spikes and cache warmth hit all sides alike."""
     for f in fns.values():
@@ -125,7 +133,7 @@ def timed(fns: dict[str, callable], reps: int) -> Timing:
             t0 = CLOCK()
             fns[name]()
             totals[name][r] = CLOCK() - t0
-    return Timing(totals)
+    return Timing(totals, nq=nq)
 
 
 def timed_single(fns: dict[str, callable], nq: int, reps: int) -> Timing:
@@ -142,7 +150,7 @@ def timed_single(fns: dict[str, callable], nq: int, reps: int) -> Timing:
                 t0 = CLOCK()
                 fns[name](i)
                 per_query[name][r, i] = CLOCK() - t0
-    return Timing({name: t.sum(axis=1) for name, t in per_query.items()}, per_query)
+    return Timing({name: t.sum(axis=1) for name, t in per_query.items()}, per_query, nq)
 
 
 def show(row: dict) -> None:
@@ -203,6 +211,7 @@ def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list,
                         "plain_blas": lambda qu=qu: blas_search(plain, qu),
                     },
                     reps,
+                    qs.shape[0],
                 )
                 # The baseline is the faster of FAISS's two flat paths (its default BLAS
                 # threshold is 128000 queries in this build, so below that it scans row by row).
@@ -345,7 +354,7 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
                 fns = {"plain": lambda qu=qu: plain.search(qu, K)}
                 for name, f in variants.items():
                     fns[name] = lambda f=f, a=a, qs=qs: f(qs, a)
-                t = timed(fns, reps)
+                t = timed(fns, reps, qs.shape[0])
             for name in variants:
                 rows.append(
                     dict(
@@ -458,6 +467,15 @@ def blas_libraries() -> list[dict]:
     return out
 
 
+def _simd_words(info: dict | None) -> str:
+    if not info:
+        return "not recorded"
+    return (
+        f"FAISS {info.get('faiss_simd_level') or info.get('faiss_compile_options')}, "
+        f"numba {info.get('numba_cpu')}"
+    )
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     blas = "; ".join(
         f"{b.get('library')} {b.get('version') or ''} {b.get('kernel') or ''} ({b.get('loaded_by')})".strip()
@@ -466,7 +484,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     out = [
         "# normrank speed: ratios to plain FAISS / Qdrant on the same machine",
         "",
-        f"Machine: {meta['machine']}; threads per side: {meta['threads']}; clock: {meta['clock']}; load average at start / "
+        f"Machine: {meta['machine']}; SIMD target: {meta.get('simd', 'native')} "
+        f"({_simd_words(meta.get('simd_libraries'))}); "
+        f"threads per side: {meta['threads']}; clock: {meta['clock']}; load average at start / "
         f"end {meta['load_start']} / {meta['load_end']}. BLAS/OpenMP loaded: {blas}; normrank's "
         f"product runs on {meta['normrank_product']}'s BLAS, its selection on "
         f"{meta.get('normrank_selection', 'faiss')} (normrank.search.kernels). "
@@ -482,15 +502,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "are the ratios of per-query latency percentiles).",
         "",
         "| backend | dataset | n | alpha | nq | recall@10 | latency ratio [min-max] | p50 / p99 ratio "
-        "| plain ms | normrank ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| plain ms | normrank ms | + us / query |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         tail = f"{r['p50_ratio']:.2f} / {r['p99_ratio']:.2f}" if "p50_ratio" in r else ""
+        added = f"{r['overhead_us']:.1f}" if "overhead_us" in r else ""
         out.append(
             f"| {r['backend']} | {r.get('dataset', '')} | {r.get('n', '')} | {r['alpha']:g} | {r['nq']} | "
             f"{r['recall_at_10']:.4f} | {r['latency_ratio']:.2f} [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] | "
-            f"{tail} | {r.get('t_plain_ms', 0):.2f} | {r.get('t_ms', 0):.2f} |"
+            f"{tail} | {r.get('t_plain_ms', 0):.2f} | {r.get('t_ms', 0):.2f} | {added} |"
         )
     return "\n".join(out) + "\n"
 
@@ -516,6 +537,17 @@ def main() -> None:
         help="size of the generated set (default 200k quick, 1M full)",
     )
     ap.add_argument(
+        "--simd",
+        choices=tuple(simd_target.TARGETS),
+        default="native",
+        help="SIMD target of both sides: native, or avx2 (FAISS AVX2, numba haswell, OpenBLAS Haswell)",
+    )
+    ap.add_argument(
+        "--no-alternatives",
+        action="store_true",
+        help="skip the ANN methods evaluated against the chosen one (faster; issue 30's runs)",
+    )
+    ap.add_argument(
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
@@ -530,6 +562,9 @@ def main() -> None:
     only = set(args.only.split(","))
     if only - set(SECTIONS):
         ap.error(f"unknown --only section(s) {sorted(only - set(SECTIONS))}; known: {', '.join(SECTIONS)}")
+    simd_info = simd_target.describe()
+    simd_target.check(SIMD, simd_info, blas_libraries())
+    print(f"SIMD target {SIMD}: {simd_info}", flush=True)
     t_start = time.time()
     load_start = os.getloadavg()
     quick = args.quick
@@ -556,13 +591,25 @@ def main() -> None:
         )
         del x100k
     real_label = f"minilm-beir-{docs.shape[0] // 1000}k"
+    # A small real index shows fixed per-call costs that larger ones hide (issue 30): SciFact +
+    # CACM, 8.4k documents, the real set of a machine that had encoded only those two.
+    small = None
+    if set(SMALL_REAL) <= set(used) and len(used) > len(SMALL_REAL):
+        small = real_embeddings(SMALL_REAL, encode_missing=False)
+        small = (small[0], small[1][rng.permutation(small[1].shape[0])])
+    alternatives = not args.no_alternatives
     syn = None
     for kind in ("ivf", "hnsw"):
         if kind not in only:
             continue
+        if small is not None:
+            bench_ann(
+                small[0], small[1], kind, alphas, [1, 100], rep_counts["ann_real"], rows,
+                f"minilm-beir-{small[0].shape[0] // 1000}k", evaluate_alternatives=False,
+            )  # fmt: skip
         bench_ann(
             docs, queries, kind, alphas, [1, 100], rep_counts["ann_real"], rows, real_label,
-            evaluate_alternatives=True,
+            evaluate_alternatives=alternatives,
         )  # fmt: skip
         if syn is None:
             syn = synthetic_like(docs, queries, syn_n, 1000, seed=2)
@@ -577,7 +624,7 @@ def main() -> None:
             rep_counts["ann_generated"],
             rows,
             f"minilm-like-{m // 1000}k",
-            evaluate_alternatives=m <= 20_000,
+            evaluate_alternatives=alternatives and m <= 20_000,
         )
     if "qdrant-edge" in only:
         from qdrant_edge_bench import bench_edge
@@ -617,6 +664,8 @@ def main() -> None:
             f"minilm-beir-{m // 1000}k",
         )
     meta = {
+        "simd": SIMD,
+        "simd_libraries": simd_info,
         "machine": machine(),
         "cpu_model": cpu_model(),
         "cores_visible": os.cpu_count(),

@@ -36,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simd_target  # sets the SIMD target of the processes this script starts
+
 OUT = Path(__file__).resolve().parent / "results"
 READ = """
 import json, sys, time
@@ -100,7 +103,15 @@ def main() -> int:
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--simd",
+        choices=tuple(simd_target.TARGETS),
+        default="native",
+        help="SIMD target of every process started: native, or avx2 (see benchmarks/simd_target.py)",
+    )
+    ap.add_argument("--name", default="sweep_speed", help="output file stem in --out (default sweep_speed)")
     args = ap.parse_args()
+    simd_target.apply(args.simd)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     py = sys.executable
     load = [os.getloadavg()[0]]
@@ -138,10 +149,11 @@ def main() -> int:
         "process_wall_s": med("process_wall_s"),
         "cosine_process_wall_s": statistics.median(r["process_wall_s"] for r in fresh_cos),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "simd": args.simd, "simd_env": simd_target.TARGETS[args.simd],
         "load_average_1min": load,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sweep_speed.json").write_text(
+    (args.out / f"{args.name}.json").write_text(
         json.dumps({"summary": summary, "runs": rows, "cosine_processes": fresh_cos}, indent=1)
     )
     s = summary
@@ -150,7 +162,8 @@ def main() -> int:
         return f"| {name} | {sec:.3f} | {sec / ref:.2f}× |"
 
     md = [
-        f"# Sweep wall time: {args.data} · {args.model} (embeddings cached, median of {args.repeat})\n",
+        f"# Sweep wall time: {args.data} · {args.model} (embeddings cached, median of {args.repeat}; "
+        f"SIMD target {args.simd})\n",
         "## In-process stages, as `normrank sweep` records them (sweep.json `timing_s`)\n",
         "| stage | seconds | × one cosine evaluation |",
         "|---|---:|---:|",
@@ -188,7 +201,7 @@ def main() -> int:
         f"Machine: {s['machine']}; 1-minute load average {', '.join(f'{x:.1f}' for x in load)} (before and "
         f"after each repetition).",
     ]  # fmt: skip
-    (args.out / "sweep_speed.md").write_text("\n".join(md) + "\n")
+    (args.out / f"{args.name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 

@@ -189,6 +189,10 @@ def test_the_second_round_finds_what_the_first_misses(uri, table):
     for a in (-1.0, 1.0):
         assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
         assert idx.last_widened >= 10, idx.last_widened
+        idx.client_band = False  # the band scored in SQL: the same results
+        assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
+        assert idx.last_widened >= 10, idx.last_widened
+        idx.client_band = True
         fn = [
             rows_of(uri, f"SELECT id, score FROM {table}_search(%s::vector, %s, 10)", v.tolist(), a)
             for v in q
@@ -508,3 +512,113 @@ def test_documented_migration_of_an_existing_table(uri, table):
     rows_of(uri, f"INSERT INTO {table} (id, content, embedding) VALUES (9000, 'new', %s::vector)", v.tolist())
     np.testing.assert_allclose(idx.norm_of([9000]), [5.0])
     np.testing.assert_allclose(idx.reconstruct(9000), v, rtol=1e-6)
+
+
+# -- the client-side band: its copy of the table against other writers ----------------------------
+
+
+def numpy_top(unit: dict, q: np.ndarray, alpha: float, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of ``cos * base**alpha`` over ``unit`` (id -> (unit vector, base)), in float64."""
+    keys = np.array(sorted(unit))
+    xu = np.stack([unit[i][0] for i in keys]).astype(np.float64)
+    base = np.array([unit[i][1] for i in keys], dtype=np.float64)
+    qu = q / np.linalg.norm(q, axis=1, keepdims=True)
+    s = (qu @ xu.T) * base**alpha
+    top = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(s, top, 1).astype(np.float32), keys[top]
+
+
+def test_client_band_follows_every_writer(uri, table):
+    """The band is scanned in the client over a copy of the table; between two searches of the
+    same object, other connections (plain SQL, another object) and this object write: each
+    search equals a fresh exact search of the table as it then is, the copy is re-read exactly
+    when the table changed, and a disabled generation trigger sends the band back to SQL."""
+    dim = 16
+    x, q = data(2000, dim, seed=31), data(12, dim, seed=32)
+    idx = PgVectorNormIndex(uri, table, dim, ef_search=200)
+    other = PgVectorNormIndex(uri, table, dim)
+    idx.add(x)
+    norms = np.linalg.norm(x, axis=1)
+    rows = {i: (x[i] / norms[i], float(norms[i])) for i in range(2000)}
+
+    def check(alphas=(-2.0, -1.0, 0.5, 1.0)) -> None:
+        for a in alphas:
+            for qq in (q, q[:1]):  # a batch (BLAS segments) and a single query (int8 pre-scan)
+                assert_same_topk(numpy_top(rows, qq, a), idx.search(qq, 10, alpha=a), rtol=1e-4)
+
+    check()
+    reads = idx._copy.reads
+    check()
+    assert idx._copy.reads == reads, "the copy was re-read with nothing changed"
+    assert idx._copy.nbytes > 0
+
+    # Plain SQL: a row of tiny norm that must win at alpha = -2 for q[0].
+    near = q[0] / np.linalg.norm(q[0])
+    rows_of(uri, f"INSERT INTO {table} (id, embedding, norm) VALUES (9001, %s::vector, 0.01)", near.tolist())
+    rows[9001] = (near, 0.01)
+    assert idx.search(q[:1], 10, alpha=-2.0)[1][0, 0] == 9001
+    check()
+    assert idx._copy.reads == reads + 1
+    # Plain SQL: a weight updated, and the top row of q[1] at alpha = -2 deleted.
+    rows_of(uri, f"UPDATE {table} SET weight = 50 WHERE id = 7")
+    rows[7] = (rows[7][0], 50.0)
+    top = int(idx.search(q[1:2], 10, alpha=-2.0)[1][0, 0])
+    rows_of(uri, f"DELETE FROM {table} WHERE id = %s", top)
+    del rows[top]
+    check()
+    # Another object's writes, then this object's.
+    w = np.random.default_rng(33).lognormal(0, 0.5, len(rows)).astype(np.float32)
+    other.set_weights(w, ids=sorted(rows))
+    rows = {i: (rows[i][0], float(wi)) for i, wi in zip(sorted(rows), w, strict=True)}
+    check()
+    other.remove([3, 4])
+    del rows[3], rows[4]
+    check()
+    idx.clear_weights()
+    rows = {i: (v, _norm_of(uri, table, i)) for i, (v, _) in rows.items()}
+    check()
+    new = data(5, dim, seed=34)
+    got = idx.add(new)
+    rows.update(
+        {int(i): (v / np.linalg.norm(v), float(np.linalg.norm(v))) for i, v in zip(got, new, strict=True)}
+    )
+    check()
+    rows_of(uri, f"TRUNCATE {table}")
+    rows = {}
+    assert (idx.search(q, 10, alpha=-1.0)[1] == -1).all()
+    other.add(x[:300])
+    rows = {i: (x[i] / norms[i], float(norms[i])) for i in range(300)}
+    check()
+
+    # A disabled trigger: the copy cannot be trusted, the band is scored in SQL (still exact).
+    rows_of(uri, f"ALTER TABLE {table} DISABLE TRIGGER {table}_nr_generation")
+    reads = idx._copy.reads
+    rows_of(uri, f"INSERT INTO {table} (id, embedding, norm) VALUES (9002, %s::vector, 0.01)", near.tolist())
+    rows[9002] = (near, 0.01)
+    check((-2.0, 1.0))
+    assert idx._copy.reads == reads
+    rows_of(uri, f"ALTER TABLE {table} ENABLE TRIGGER {table}_nr_generation")
+
+
+def _norm_of(uri: str, table: str, id_: int) -> float:
+    return float(rows_of(uri, f"SELECT norm FROM {table} WHERE id = %s", id_)[0][0])
+
+
+def test_a_format_1_table_gets_the_generation_trigger_when_reopened(uri, table):
+    x, q = data(500, 8, seed=35), data(5, 8, seed=36)
+    idx = PgVectorNormIndex(uri, table, 8)
+    idx.add(x)
+    idx.close()
+    # As the previous format left it: no trigger, format 1.
+    rows_of(uri, f"DROP TRIGGER {table}_nr_generation ON {table}")
+    rows_of(uri, "UPDATE normrank_tables SET format = 1 WHERE table_oid = %s::regclass", table)
+    again = PgVectorNormIndex(uri, table, 8)
+    assert rows_of(uri, "SELECT format FROM normrank_tables WHERE table_oid = %s::regclass", table) == [(2,)]
+    assert rows_of(uri, "SELECT 1 FROM pg_trigger WHERE tgname = %s", f"{table}_nr_generation")
+    again.search(q, 10, alpha=-1.0)
+    reads = again._copy.reads
+    rows_of(uri, f"UPDATE {table} SET weight = 0.001 WHERE id = 11")  # plain SQL: bumps the generation
+    ref = exact_ref(x)
+    ref.set_weights(np.where(np.arange(500) == 11, 0.001, np.linalg.norm(x, axis=1)).astype(np.float32))
+    assert_same_topk(ref.search(q, 10, alpha=-1.0), again.search(q, 10, alpha=-1.0))
+    assert again._copy.reads == reads + 1

@@ -56,6 +56,15 @@ def plain_rows(conn: Any, t: Any, unit_q: np.ndarray, k: int) -> list:
     """Per query, the HNSW cosine top-``k`` (alpha = 0)."""
     from psycopg import sql
 
+    if unit_q.shape[0] == 1:  # the plain statement itself
+        v = unit_q[0].astype(np.float32)
+        # The plain query's very shape, so that the planner costs (and plans) it alike.
+        q1 = sql.SQL("SELECT id, embedding <#> %b AS d FROM {t} ORDER BY d LIMIT {k}").format(
+            t=t, k=sql.Literal(k)
+        )
+        got = sorted(conn.execute(q1, (v,)).fetchall(), key=lambda r: (r[1], r[0]))  # ties: id order
+        return [([r[0] for r in got], [-r[1] for r in got])]
+
     q = sql.SQL(
         "SELECT r.ids, r.ss FROM unnest(%b::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL (SELECT "
         + _TOP
@@ -63,6 +72,57 @@ def plain_rows(conn: Any, t: Any, unit_q: np.ndarray, k: int) -> list:
         "ORDER BY q.qi"
     ).format(t=t, k=sql.Literal(k))
     return _pairs(conn.execute(q, (_vectors(unit_q),)).fetchall())
+
+
+def candidates(
+    conn: Any, t: Any, trigger: str, unit_q: np.ndarray, depth: int, registry: str = "normrank_tables"
+):
+    """One statement (one snapshot, even outside a transaction): the table's ``(oid, generation,
+    tgenabled of its generation trigger or None)`` from the registry, or None where it is not
+    registered, and per query the HNSW cosine top-``depth`` as ``(ids, cosines)``, best first
+    (the client band's candidates, :mod:`normrank.backends.pgvector_band`)."""
+    from psycopg import sql
+
+    inner = "SELECT array_agg(id ORDER BY d, id) AS ids, array_agg(-d ORDER BY d, id) AS cs FROM (SELECT id, "
+    if unit_q.shape[0] == 1:
+        per = f"SELECT 1::bigint AS qi, x.* FROM ({inner}embedding <#> %b AS d FROM {{t}} ORDER BY embedding <#> %b LIMIT {{depth}}) y) x"
+        args: tuple = (unit_q[0].astype(np.float32), unit_q[0].astype(np.float32))
+    else:
+        per = (
+            f"SELECT q.qi, x.* FROM unnest(%b::vector[]) WITH ORDINALITY AS q(v, qi), LATERAL ({inner}"
+            "embedding <#> q.v AS d FROM {t} ORDER BY embedding <#> q.v LIMIT {depth}) y) x"
+        )
+        args = (_vectors(unit_q),)
+    q = sql.SQL(
+        "WITH g AS (SELECT r.table_oid, r.generation, (SELECT tg.tgenabled::text FROM pg_trigger tg "
+        "WHERE tg.tgrelid = r.table_oid AND tg.tgname = %s) AS en FROM {reg} r "
+        "WHERE r.table_oid = to_regclass(%s)) "
+        "SELECT g.table_oid, g.generation, g.en, c.ids, c.cs FROM g LEFT JOIN LATERAL ("
+        + per
+        + ") c ON true "
+        "ORDER BY c.qi"
+    ).format(t=t, depth=sql.Literal(int(depth)), reg=sql.Identifier(registry))
+    rows = conn.execute(q, (trigger, t.as_string(conn), *args)).fetchall()
+    if not rows:
+        return None, []
+    return (int(rows[0][0]), int(rows[0][1]), rows[0][2]), [(r[3] or [], r[4] or []) for r in rows]
+
+
+def vectors_of(conn: Any, t: Any, ids: np.ndarray) -> np.ndarray:
+    """The unit vectors of ``ids`` (float32 ``(m, dim)``), in the order of ``ids``."""
+    from psycopg import sql
+
+    q = sql.SQL(
+        "SELECT e.embedding FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, o) JOIN {t} e USING (id) "
+        "ORDER BY u.o"
+    ).format(t=t)
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(q, (ids.tolist(),)).fetchall()
+    if not rows:
+        return np.empty((0, 0), dtype=np.float32)
+    return np.stack(
+        [r[0].to_numpy() if hasattr(r[0], "to_numpy") else np.asarray(r[0]) for r in rows]
+    ).astype(np.float32, copy=False)
 
 
 def first_rows(

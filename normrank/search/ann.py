@@ -65,6 +65,7 @@ __all__ = [
     "default_band_start",
     "default_start",
     "default_trust_depth",
+    "rerank",
     "scan_needed",
     "unseen_bound",
 ]
@@ -181,6 +182,7 @@ class AnnStats:
     rounds: int = 0
     max_depth: int = 0  # cosine depth fetched from the index
     max_scanned: int = 0  # documents scanned in weight order by the widest query
+    widened: int = 0  # queries of a batch that scanned past the first chunk
 
 
 def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
@@ -197,37 +199,46 @@ def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
 
 
 def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> int:
-    """Cosine depth fetched. HNSW explores its ``efSearch`` beam anyway, but candidates past the
-    trusted rank (:func:`default_trust_depth`) only raise the k-th score early, and FAISS's
-    result heap costs more the more it returns (100 queries, efSearch 512: +2.6% for 64
-    results over 10, +3.5% for 128): HNSW fetches the trusted eighth of the beam, or
-    ``k * k_factor`` if more (27k real MiniLM embeddings, efSearch 512, 300 single queries,
-    alpha = 1: 1.77x plain latency fetching 512, 1.60x fetching 128; 100 single queries,
-    alpha in -1.5 .. 1: fetching 100 instead of 128 0.5-2% faster, the same top-10 up to
-    tied scores). An IVF scan costs a little more
-    at depth (k = 400: +9% over k = 10 on 27k real vectors, +20% on 60k generated ones), and a
-    deeper cosine cut tightens the bound, so IVF fetches 4 x deeper and at
-    least 1/64 of the documents it probes (1M MiniLM-like vectors, nprobe 500 of 4000,
-    alpha = 0.5, nq = 100: 2.24x plain latency at depth 400, 1.45x at 2000; on 27k real ones,
-    probing 13k, depth 400 stayed best; a later thread-CPU run probing 20k found depth 100,
-    trusting rank 100, 2-5% faster at the same recall: within that run's noise, left as is)."""
+    """Cosine depth fetched: what the bound trusts (:func:`default_trust_depth`) and, for HNSW,
+    a little more from the beam it explores anyway.
+
+    * HNSW: the trusted eighth of the ``efSearch`` beam, or ``k * k_factor`` if more, but never
+      past the beam itself (at least ``k``): a deeper fetch makes FAISS widen the beam, which
+      costs more than everything else a query adds (8.4k real MiniLM embeddings, efSearch 16,
+      one query: 12 us at depth 16, 53 us at depth 100). Candidates past the trusted rank only
+      raise the k-th score early, and FAISS's result heap costs more the more it returns
+      (100 queries, efSearch 512: +2.6% for 64 results over 10, +3.5% for 128).
+    * IVF: only the trusted ranks, ``k * k_factor`` or 1/256 of the documents it probes if more.
+      Candidates past the trusted rank add nothing an IVF index could miss (a document in an
+      unprobed list is missing at every depth), and its result heap costs at depth (8.4k real
+      MiniLM embeddings, nprobe 183 of 366, 100 single queries: 1.50 / 1.63x plain latency at
+      alpha = -1.5 / 1 fetching 400 and trusting 100, 1.27 / 1.42x fetching and trusting 100,
+      recall 1.000 both; on 100k MiniLM-like vectors trusting what it fetched, 781, cost recall
+      0.997 -> 0.995, so the trusted share stays a quarter of what the old depth was)."""
     if "efSearch" in params:
-        return max(k * k_factor, params["efSearch"] // 8)
+        ef = params["efSearch"]
+        return min(max(k * k_factor, ef // 8), max(ef, k))
     if "nprobe" in params:
         probed = n * params["nprobe"] // max(params.get("nlist", 1), 1)
-        return max(4 * k * k_factor, probed // 64)
+        return max(k * k_factor, probed // 256)
     return k * k_factor
 
 
-def default_trust_depth(depth: int, params: dict[str, int]) -> int:
+def default_trust_depth(depth: int, params: dict[str, int], k: int = 0) -> int:
     """Rank down to which the index's cosine ranking is trusted by the bound.
 
     An ANN index is least sure of its deepest candidates: the further a document is from the
     query, the likelier it sits in an unprobed IVF list or off a graph's beam, and norm
     weighting lifts exactly such documents. So the bound uses the cosine at a rank well inside
-    what was fetched (IVF: a quarter of the depth; HNSW: an eighth of ``efSearch``), and a
+    what the index explored (IVF: 1/256 of the documents probed, at least ``k * k_factor``: all
+    it fetches, :func:`default_start`; HNSW: an eighth of ``efSearch``, at least ``2 k``), and a
     document the index missed above it is caught by the weight-order scan if its weight put it
-    there. Measured (benchmarks/results/speed.md), recall at alpha = 0.5:
+    there. The floor of ``2 k`` matters for a small beam: at ``efSearch`` 64 an eighth is rank 8,
+    and a bound at the k-th cosine itself makes the scan read a quarter to 40% of the documents
+    (8.4k real MiniLM embeddings, efSearch 64, 200 queries, alpha = -1.5 / 1: 2,038 / 3,397
+    rows at recall 0.9985 / 0.9995 trusting rank 10; 1,388 / 2,706 at 0.9975 / 0.9990 trusting
+    16; 660 / 2,008 at 0.9960 / 0.9980 trusting 32). Measured (benchmarks/results/speed.md),
+    recall at alpha = 0.5:
 
     * IVF, 100k MiniLM-like vectors, nprobe = nlist/4, depth 400, 100 single queries: 0.989 /
       0.990 / 0.996 trusting rank 400 / 200 / 100, at 1.29x / 1.53x / 1.72x plain latency
@@ -236,8 +247,8 @@ def default_trust_depth(depth: int, params: dict[str, int]) -> int:
       trusting rank 128 / 64, at 1.60x / 1.64x (plain cosine recall 0.997).
     """
     if "efSearch" in params:
-        return max(1, min(depth, params["efSearch"] // 8))
-    return max(1, depth // 4) if "nprobe" in params else depth
+        return max(1, min(depth, max(2 * k, params["efSearch"] // 8)))
+    return max(1, depth)
 
 
 class WeightOrder:
@@ -363,12 +374,36 @@ def adaptive_search(
             if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
                 return s, p
             fetch = min(2 * fetch, index.ntotal)
+    cos, cand = _search(index, unit_q, depth, params)
+    return rerank(cos, cand, unit_q, k, weights, lookup, depth=depth, order=order,
+                  band_start=band_start, trust_depth=trust_depth, stats=stats)  # fmt: skip
+
+
+def rerank(
+    cos: np.ndarray,
+    cand: np.ndarray,
+    unit_q: np.ndarray,
+    k: int,
+    weights: np.ndarray,
+    lookup: IdLookup,
+    *,
+    depth: int,
+    order: WeightOrder | None = None,
+    band_start: int = 0,
+    trust_depth: int | None = None,
+    stats: AnnStats | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stage of :func:`adaptive_search` after the index search, for any source of cosine
+    candidates (the FAISS index, or PostgreSQL's HNSW index in :mod:`normrank.backends.pgvector`):
+    ``cos`` / ``cand`` ``(nq, depth)`` are the best cosines per query and their ids (padded with
+    ids ``-1``); the other arguments are :func:`adaptive_search`'s. ``stats.widened`` counts the
+    queries of a batch that scanned past the first chunk."""
+    stats = stats if stats is not None else AnnStats()
     if unit_q.shape[0] == 1:
         return _search_one(
-            index, unit_q, k, weights, lookup, depth, order, band_start, trust_depth, params, stats
+            cos, cand, unit_q, k, weights, lookup, depth, order, band_start, trust_depth, stats
         )
     stats.rounds, stats.max_depth = 1, depth
-    cos, cand = _search(index, unit_q, depth, params)
     pos = lookup(cand)
     valid = pos >= 0
     safe = np.maximum(pos, 0)
@@ -393,6 +428,8 @@ def adaptive_search(
         active, need = active[~done], need[~done]
         if not active.size:
             return heaps.result()
+        if scanned and not stats.widened:  # past the first chunk: these queries scan on
+            stats.widened = int(active.size)
         # One query jumps straight to what its bound needs after a first chunk; a batch grows
         # its chunks (x2) so that a few deep queries do not make every query scan deep.
         cap = band_start if scanned == 0 else (n if active.size == 1 else _GROWTH * scanned)
@@ -491,7 +528,8 @@ def _top_one(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, n
 
 
 def _search_one(
-    index: faiss.Index,
+    cos: np.ndarray,
+    cand: np.ndarray,
     unit_q: np.ndarray,
     k: int,
     weights: np.ndarray,
@@ -500,7 +538,6 @@ def _search_one(
     order: WeightOrder | None,
     band_start: int,
     trust_depth: int | None,
-    params: dict[str, int],
     stats: AnnStats,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`adaptive_search` for one query (the latency case), on 1-D arrays and scalars: the
@@ -508,7 +545,6 @@ def _search_one(
     calls. numpy's fixed cost per call, paid with caches just emptied by the index search, is
     most of what a single query adds to the index's own time."""
     stats.rounds, stats.max_depth = 1, depth
-    cos, cand = _search(index, unit_q, depth, params)
     cos, cand = cos[0], cand[0]
     pos = lookup(cand)
     q = np.ascontiguousarray(unit_q[0], dtype=np.float32)

@@ -69,13 +69,14 @@ def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int
 def search_depths(n: int, k: int, k_factor: int, params: dict[str, int]) -> tuple[int, int]:
     """``(depth, trust)``: the cosine depth fetched outside the band
     (:func:`normrank.search.ann.default_start`) and the rank whose cosine bounds every document not
-    fetched (:func:`normrank.search.ann.default_trust_depth`: an eighth of ``hnsw_ef``; all of the
+    fetched (:func:`normrank.search.ann.default_trust_depth`: an eighth of ``hnsw_ef``, at least
+    ``2 k``; all of the
     depth for an exact search). Trusting the whole depth instead made the widened band a few
     times smaller but lost recall through the graph's misses (26,953 real MiniLM embeddings,
     hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting rank 64;
     plain cosine recall 0.992)."""
     depth = min(n, default_start(k, k_factor, params, n))
-    return depth, min(depth, max(k, default_trust_depth(depth, params)))
+    return depth, min(depth, max(k, default_trust_depth(depth, params, k)))
 
 
 def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool:

