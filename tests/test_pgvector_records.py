@@ -298,3 +298,28 @@ def test_another_writer_is_seen_after_reopening_and_a_foreign_docs_table_is_refu
         c.execute(f"CREATE TABLE {table}_x_docs (key int, body text)")
     with pytest.raises(IndexStateError, match="not normrank's records table"):
         PgVectorRecordIndex(uri, table + "_x", 4)
+
+
+def test_reopening_keeps_the_alpha_the_store_was_made_with(uri, table):
+    """A store's alpha lives in the database like its documents: a reopen without alpha= gets it
+    back (not 0), alpha= overrides it for that object only, and a save keeps the new one."""
+    from normrank.errors import CorruptIndexError
+
+    x, ids, recs = corpus(40)
+    made = KeyedStore.from_index(
+        PgVectorRecordIndex(uri, table, x.shape[1]), check_record=lambda r: None, alpha=-0.5
+    )
+    made.add(ids, x, recs)
+    q = x[3] * 0.1
+    want = [h.id for h in made.search(q, 5)]
+    again = KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+    assert again.alpha == -0.5 and [h.id for h in again.search(q, 5)] == want
+    other = KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None, alpha=0.25)
+    assert other.alpha == 0.25
+    assert KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None).alpha == -0.5
+    other.sync_records()  # what save does
+    assert KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None).alpha == 0.25
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"COMMENT ON TABLE {table}_docs IS 'not ours'")
+    with pytest.raises(CorruptIndexError, match="not normrank's"):
+        KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)

@@ -366,6 +366,36 @@ class PgVectorRecordIndex(PgVectorNormIndex):
             )
         return [(int(k), str(s), r) for k, s, r in rows]
 
+    def stored_alpha(self) -> float | None:
+        """The store's alpha as last saved in the database (a JSON comment on the records table,
+        ``{"alpha": a}``), or None when none was: reopening keeps the alpha a store was built with,
+        as a FAISS store's folder does."""
+        got = self._run(
+            lambda c: c.execute(
+                "SELECT obj_description(to_regclass(%s), 'pg_class')", (self._d.as_string(c),)
+            ).fetchone()[0],
+            read_only=True,
+        )
+        try:
+            value = json.loads(got)["alpha"] if got else None
+        except (ValueError, TypeError, KeyError):
+            raise CorruptIndexError(
+                f"the comment on {self.records_table!r} is not normrank's ({got!r}): reset it with "
+                f"COMMENT ON TABLE {self.records_table} IS NULL"
+            ) from None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CorruptIndexError(f"the alpha saved on {self.records_table!r} is {value!r}, not a number")
+        return None if value is None else float(value)
+
+    def store_alpha(self, alpha: float) -> None:
+        """Save ``alpha`` as the store's (one statement; what :meth:`stored_alpha` reads)."""
+        from psycopg import sql
+
+        text = json.dumps({"alpha": float(alpha)}, allow_nan=False)
+        q = sql.SQL("COMMENT ON TABLE {d} IS {c}").format(d=self._d, c=sql.Literal(text))
+        with self._transaction() as conn:
+            conn.execute(q)
+
     def next_key(self) -> int:
         """One more than the largest id of the vectors table (0 when empty)."""
         from psycopg import sql

@@ -220,19 +220,30 @@ class KeyedStore:
         index: Any,
         *,
         check_record: Callable[[dict[str, Any]], None],
-        alpha: float = 0.0,
+        alpha: float | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
     ) -> KeyedStore:
         """The store kept by an index that keeps the records (``keeps_records``), with every
         record it holds: the vectors and records are read back, not a file. A record the adapter
         cannot use (``check_record`` raises) or a vector without a record raises
-        :class:`CorruptIndexError`; an empty store comes back only from an empty table."""
+        :class:`CorruptIndexError`; an empty store comes back only from an empty table.
+
+        ``alpha=None`` takes the alpha the database keeps (``index.stored_alpha()``: the one the
+        store was created with, or last saved with); a given alpha applies to this object only,
+        until :meth:`save`. A store created here keeps its alpha in the database at once."""
         if not getattr(index, "keeps_records", False):
             raise InvalidParameterError(
                 f"from_index needs an index that keeps the records (keeps_records), got {index!r}"
             )
-        store = cls(alpha=alpha, alpha_name=alpha_name, raw_hint=raw_hint)
+        stored = index.stored_alpha()
+        if alpha is not None:
+            alpha = check_alpha(alpha, alpha_name)
+        store = cls(
+            alpha=(stored or 0.0) if alpha is None else alpha, alpha_name=alpha_name, raw_hint=raw_hint
+        )
+        if stored is None:
+            index.store_alpha(store.alpha)
         rows = index.load_records()
         where = getattr(index, "records_table", repr(index))
         for key, sid, rec in rows:
@@ -255,14 +266,15 @@ class KeyedStore:
         return store
 
     def sync_records(self) -> None:
-        """Write records edited in place (LangChain's docstore) back to an index that keeps
-        them; :meth:`save` calls it. Nothing to do for other indexes."""
+        """Write records edited in place (LangChain's docstore) and the store's alpha back to an
+        index that keeps them; :meth:`save` calls it. Nothing to do for other indexes."""
         with self.lock:
-            if not self.keeps_records or not self.records:
+            if not self.keeps_records:
                 return
             for sid, rec in self.records.items():
                 check_json_value(rec, f"document {sid!r}")
             self.index.update_records([self._key_of[s] for s in self.records], list(self.records.values()))
+            self.index.store_alpha(self.alpha)  # saved with the records, as a store folder keeps it
 
     def _owns_index(self) -> bool:
         from normrank.index.norm_index import NormIndex

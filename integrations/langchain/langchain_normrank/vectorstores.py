@@ -575,22 +575,22 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         embedding: Embeddings,
         *,
         dim: int | None = None,
-        alpha: float = 0.0,
+        alpha: float | None = None,
         **index_options: Any,
     ) -> NormRankVectorStore:
         """A store kept in PostgreSQL: vectors in ``table``, texts and metadata in ``<table>_docs``
         of the same database, every write one transaction. Reopening with the same ``connection``
-        and ``table`` gives back every document (``dim=`` is needed only to create the table);
-        dict filters run in SQL. ``index_options`` go to
+        and ``table`` gives back every document and the store's alpha (``dim=`` is needed only to
+        create the table; ``alpha=`` overrides the kept alpha for this object, ``save_local``
+        keeps it); dict filters run in SQL. ``index_options`` go to
         :class:`normrank.backends.pgvector_records.PgVectorRecordIndex` (``exact=``, ``ef_search=``...).
         """
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
         index = PgVectorRecordIndex(connection, table, dim, **index_options)
-        store = cls(embedding, alpha=alpha)
-        store._store = KeyedStore.from_index(
-            index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
-        )
+        core = KeyedStore.from_index(index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT)
+        store = cls(embedding, alpha=core.alpha)
+        store._store = core
         return store
 
     # ------------------------------------------------------------------ persistence

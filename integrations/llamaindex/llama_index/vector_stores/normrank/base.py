@@ -403,14 +403,16 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         connection_string: str,
         table_name: str,
         embed_dim: int | None = None,
-        norm_alpha: float = 0.0,
+        norm_alpha: float | None = None,
         **index_options: Any,
     ) -> NormRankVectorStore:
         """A store kept in PostgreSQL (as ``PGVectorStore.from_params(connection_string=...,
         table_name=..., embed_dim=...)``): vectors in ``table_name``, node records in
         ``<table_name>_docs`` of the same database, every write one transaction. Reopening with
-        the same two names gives back every node (``embed_dim`` is needed only to create the
-        table); ``MetadataFilters``, ``node_ids`` and ``doc_ids`` run in SQL where they can.
+        the same two names gives back every node and the store's ``norm_alpha`` (``embed_dim`` is
+        needed only to create the table; ``norm_alpha=`` overrides the kept one for this object,
+        ``persist`` keeps it); ``MetadataFilters``, ``node_ids`` and ``doc_ids`` run in SQL where
+        they can.
         ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`."""
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
