@@ -249,14 +249,7 @@ class KeyedStore:
         for key, sid, rec in rows:
             if not isinstance(rec, dict):
                 raise CorruptIndexError(f"{where}: the record of {sid!r} is not an object")
-            try:
-                check_json_value(rec, f"record {sid!r}")
-                check_record(rec)
-            except Exception as e:  # whatever the adapter finds unusable
-                raise CorruptIndexError(f"{where}: record {sid!r} cannot be used: {e}") from e
-            store.records[sid] = rec
-            store._key_of[sid] = key
-            store._id_of[key] = sid
+            store._take(sid, key, rec, check_record, where)
         if len(index) != len(rows):  # the index was written meanwhile: read it again
             raise CorruptIndexError(f"{where}: {len(rows)} records but {len(index)} vectors")
         store.index, store.dim = index, int(index.dim)
@@ -264,6 +257,25 @@ class KeyedStore:
         if rows:
             store.all_unit_so_far = store._warned_unit = all_unit(index.norms)
         return store
+
+    def _take(
+        self,
+        sid: str,
+        key: int,
+        rec: dict[str, Any],
+        check_record: Callable[[dict[str, Any]], None],
+        where: str,
+    ) -> None:
+        """Keep one record read back (a file or the index), checked: JSON values and what the
+        adapter needs, else :class:`CorruptIndexError` naming ``where``."""
+        try:
+            check_json_value(rec, f"record {sid!r}")
+            check_record(rec)
+        except Exception as e:  # whatever the adapter finds unusable
+            raise CorruptIndexError(f"{where}: record {sid!r} cannot be used: {e}") from e
+        self.records[sid] = rec
+        self._key_of[sid] = key
+        self._id_of[key] = sid
 
     def sync_records(self) -> None:
         """Write records edited in place (LangChain's docstore) and the store's alpha back to an
@@ -533,14 +545,7 @@ class KeyedStore:
                 )
             if sid in store.records or key in store._id_of:
                 raise CorruptIndexError(f"{where}: id {sid!r} or key {key} appears twice")
-            try:
-                check_json_value(rec, f"record {sid!r}")
-                check_record(rec)
-            except Exception as e:  # whatever the adapter finds unusable
-                raise CorruptIndexError(f"{where}: record {sid!r} cannot be used: {e}") from e
-            store.records[sid] = rec
-            store._key_of[sid] = key
-            store._id_of[key] = sid
+            store._take(sid, key, rec, check_record, where)
         store.next_key = next_key
         store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
         if index is not None:  # the vectors live in that index (saved with index_dir None)
