@@ -53,17 +53,49 @@ def adversarial_rows(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
 
 
 def test_quantize_residual_bound_against_exact_arithmetic():
-    """``b_j`` covers ``||x_j - s_j c_j||`` computed in extended precision from the exact
-    decimal value of every float (numpy longdouble as an independent reference)."""
+    """``b_j`` covers ``||x_j - s_j c_j||`` and ``n_j`` covers ``||s_j c_j||``, both computed in
+    extended precision from the exact value of every float (numpy longdouble as an independent
+    reference)."""
     rng = np.random.default_rng(0)
     x = adversarial_rows(rng, 400, 48)
-    codes, scale, bound = quantize(x)
+    codes, scale, bound, norm = quantize(x)
     assert codes.dtype == np.int8 and np.abs(codes.astype(int)).max() <= 127
-    resid = x.astype(np.longdouble) - scale.astype(np.longdouble)[:, None] * codes.astype(np.longdouble)
+    approx = scale.astype(np.longdouble)[:, None] * codes.astype(np.longdouble)
+    resid = x.astype(np.longdouble) - approx
     exact = np.sqrt((resid * resid).sum(axis=1))
     assert (bound.astype(np.longdouble) >= exact).all()
+    assert (norm.astype(np.longdouble) >= np.sqrt((approx * approx).sum(axis=1))).all()
     # Not vacuous: the bound is within a few rounding units plus gamma_d of the residual.
     assert np.median(bound - exact.astype(np.float64)) < 1e-4
+
+
+@pytest.mark.parametrize("d", [16, 37, 384, 1000, 4096])
+def test_query_codes_and_integer_inner_product_are_exact(d):
+    """The query's codes: ``q = t g + r`` with ``t`` a power of two and ``e >= ||r||`` (longdouble
+    reference), ``|g|`` small enough that no int32 sum of ``g . c`` overflows at this ``d``; and
+    the vector kernel's ``g . c_j`` equals numpy's int64 product for every row, at dimensions
+    that are and are not multiples of its lane count."""
+    from normrank.search._quantized_kernel import dot_codes_via, query_codes_via
+
+    rng = np.random.default_rng(d)
+    for trial, q in enumerate(
+        [
+            rng.normal(size=d).astype(np.float32),
+            (rng.normal(size=d) * 1e-30).astype(np.float32),
+            np.r_[np.float32(3e4), rng.normal(size=d - 1).astype(np.float32) * np.float32(1e-6)],
+            np.full(d, np.float32(-1.0)),  # every code at the cap
+        ]
+    ):
+        g, t, e = query_codes_via(q)
+        assert g.dtype == np.int16 and np.log2(t) == int(np.log2(t)), trial
+        resid = q.astype(np.longdouble) - np.longdouble(t) * g.astype(np.longdouble)
+        assert e >= np.sqrt((resid * resid).sum()), trial
+        assert 127 * int(np.abs(g.astype(np.int64)).max()) * d < 2**31, trial
+        assert e <= 1e-3 * np.linalg.norm(q.astype(np.float64)), trial  # ~15 bits: not vacuous
+        codes = rng.integers(-127, 128, size=(50, d)).astype(np.int8)
+        codes[0] = 127 * np.sign(g)  # the largest sum these codes can reach
+        want = codes.astype(np.int64) @ g.astype(np.int64)
+        np.testing.assert_array_equal(dot_codes_via(g, codes), want)
 
 
 @pytest.mark.parametrize("d", [16, 48, 384])
@@ -170,7 +202,7 @@ def test_single_query_int8_scan_is_bit_for_bit_the_fp32_scan(alpha, factory, pat
     assert int8._codes is not None and fp32._codes is None
     # The int8 copy holds what the fp32 one holds, in a quarter of the bytes plus 8 per row.
     assert len(int8._codes) == int8._vectors.shape[0]
-    assert int8._codes.nbytes == int8._vectors.nbytes // 4 + 8 * len(int8._codes)
+    assert int8._codes.nbytes == int8._vectors.nbytes // 4 + 12 * len(int8._codes)
 
 
 def test_without_numba_the_scan_stays_fp32(monkeypatch):

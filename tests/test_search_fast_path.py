@@ -171,3 +171,29 @@ def test_single_query_padding_is_minus_one(alpha):
             kept = got_ids[~pad] - 1000
             np.testing.assert_allclose(got_s[~pad], ref[0, kept], rtol=1e-5, atol=1e-6)
         assert set(ids[0][~pad]) == set(batch_ids[i][~pad])  # one probed list: every candidate returned
+
+
+def test_single_cosine_query_is_faiss_own_answer_and_skips_removed_documents():
+    """alpha = 0, one query: FAISS's own top-k exactly (scores and ids) while nothing is removed;
+    after removals from HNSW (which keeps them in its graph) never a removed id, k live ones
+    with the batch path's ids and brute force's cosines."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((600, D)).astype(np.float32)
+    idx = NormIndex(D, factory="HNSW16")
+    idx.add(x, ids=np.arange(600) * 2 + 5)
+    q = rng.standard_normal((20, D)).astype(np.float32)
+    unit = split_norms(q)[0]  # the unit queries normrank searches with
+    for i in range(q.shape[0]):
+        want_s, want_i = idx.faiss_index.search(unit[i : i + 1], 10)
+        got_s, got_i = idx.search(q[i], 10, alpha=0.0)
+        np.testing.assert_array_equal(got_i, want_i)
+        np.testing.assert_array_equal(got_s, want_s)
+    first = np.array([idx.search(q[i], 1, alpha=0.0)[1][0, 0] for i in range(q.shape[0])])
+    idx.remove(np.unique(first))  # every query's best document goes
+    _, batch_i = idx.search(q, 10, alpha=0.0)
+    xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+    for i in range(q.shape[0]):
+        s, got = idx.search(q[i], 10, alpha=0.0)
+        assert not np.isin(got, first).any() and (got >= 0).all()
+        np.testing.assert_array_equal(got[0], batch_i[i])
+        np.testing.assert_allclose(s[0], xu[(got[0] - 5) // 2] @ unit[i], rtol=1e-5, atol=1e-6)

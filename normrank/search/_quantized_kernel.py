@@ -3,6 +3,8 @@ compilation are paid only by processes that scan; compiled code is cached on dis
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -12,38 +14,98 @@ from numba.extending import intrinsic
 
 __all__ = ["DONE", "FALLBACK", "GROW", "scan", "scan_one"]
 
-# Rows prefetched ahead of the one being read: the int8 prefix is read once, cold after the
-# index search, and hints let its loads overlap the arithmetic (27k real MiniLM rows, 4.5k
-# scanned: 121 -> 92 us; 2 to 8 rows ahead measured alike).
-_AHEAD = 4
+# Rows bounded per block: their inner products first (a tight loop of vector multiply-adds),
+# then their bounds (a loop over plain arrays that LLVM vectorises), then the few rows whose bound
+# beats the k-th score (one pass per row, with its bookkeeping, was ~6 ns a row on top of the
+# ~6 of its inner product). Hardware prefetch follows the sequential rows: software hints, which
+# paid with the float32 loop, cost more than they saved with this one.
+_BLOCK = 64
+
+
+# Lanes per step of the codes' inner product: 32 int8 codes times 32 int16 query codes, summed in
+# pairs into 16 int32 (x86: two vpmaddwd on AVX2, one on AVX-512BW; NEON: widening
+# multiply-adds). Plain LLVM vector IR, so the same code compiles for every target; measured on
+# Zen 5, 384-d rows: 7.1 ns a row under the AVX2 target, 5.8 native (the float32 loop it
+# replaces: 12.5 / 7.0).
+_LANES = 32
 
 
 @intrinsic
-def _prefetch(typingctx, array, offset):
-    """LLVM's read-prefetch hint for ``array``'s byte ``offset`` (a no-op where the CPU has none)."""
+def _dot_codes(typingctx, g, codes, j):
+    """``sum_i g[i] * codes[j, i]`` in int32 (exact: :func:`_query_codes` bounds ``|g|`` so that
+    the sum cannot overflow) for C-contiguous int16 ``g`` and int8 ``codes`` (others: a typing
+    error)."""
 
     def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        lanes = ir.VectorType(i32, _LANES)
+        pairs = ir.VectorType(i32, _LANES // 2)
+        ga = context.make_array(signature.args[0])(context, builder, args[0])
+        ca = context.make_array(signature.args[1])(context, builder, args[1])
+        d = builder.extract_value(ga.shape, 0)
+        row = builder.gep(ca.data, [builder.mul(args[2], d)])
+        g_vec = ir.VectorType(ir.IntType(16), _LANES).as_pointer()
+        c_vec = ir.VectorType(ir.IntType(8), _LANES).as_pointer()
+        even = ir.Constant(pairs, list(range(0, _LANES, 2)))
+        odd = ir.Constant(pairs, list(range(1, _LANES, 2)))
+        acc = cgutils.alloca_once_value(builder, ir.Constant(pairs, None))
+        steps = builder.udiv(d, ir.Constant(i64, _LANES))
+        with cgutils.for_range(builder, steps) as loop:
+            at = builder.mul(loop.index, ir.Constant(i64, _LANES))
+            gv = builder.load(builder.bitcast(builder.gep(ga.data, [at]), g_vec), align=1)
+            cv = builder.load(builder.bitcast(builder.gep(row, [at]), c_vec), align=1)
+            prod = builder.mul(builder.sext(gv, lanes), builder.sext(cv, lanes))
+            # Adjacent products added in pairs: the shape x86's backend maps to vpmaddwd.
+            pair = builder.add(
+                builder.shuffle_vector(prod, prod, even), builder.shuffle_vector(prod, prod, odd)
+            )
+            builder.store(builder.add(builder.load(acc), pair), acc)
+        reduce_add = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32, [pairs]), f"llvm.vector.reduce.add.v{_LANES // 2}i32"
         )
-        ptr = builder.gep(builder.bitcast(data, i8p), [args[1]])
-        # read (0), high temporal locality (3), data cache (1)
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+        total = cgutils.alloca_once_value(builder, builder.call(reduce_add, [builder.load(acc)]))
+        tail = builder.mul(steps, ir.Constant(i64, _LANES))
+        with cgutils.for_range_slice(builder, tail, d, ir.Constant(i64, 1), inc=True) as (i, _):
+            gi = builder.sext(builder.load(builder.gep(ga.data, [i])), i32)
+            ci = builder.sext(builder.load(builder.gep(row, [i])), i32)
+            builder.store(builder.add(builder.load(total), builder.mul(gi, ci)), total)
+        return builder.load(total)
 
-    return types.void(array, offset), codegen
+    if g.layout != "C" or codes.layout != "C":  # rows are addressed as j * d bytes
+        return None
+    return types.int32(g, codes, j), codegen
 
 
-# reassoc / contract let LLVM vectorise the float32 reduction (quantized_scan's gamma_d margin
-# covers any summation order); no nnan / ninf: the k-th score may be -inf, weights inf.
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _dot_int8(q, codes, j):  # pragma: no cover - compiled
-    acc = np.float32(0.0)
-    for i in range(q.size):
-        acc += q[i] * np.float32(codes[j, i])
-    return acc
+@numba.njit(cache=True, nogil=True, inline="always")
+def _code_bits(d):  # pragma: no cover - compiled
+    """Bits of the query's int16 codes: ``|g_i| <= 2**bits`` with ``127 * 2**bits * d < 2**31``,
+    so that the int32 sum cannot overflow (14 up to d = 1032; 12 at d = 4096)."""
+    bits = 14
+    while bits > 1 and 127 * (2**bits) * d >= 2**31:
+        bits -= 1
+    return bits
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _query_codes(q):  # pragma: no cover - compiled
+    """``(g, t, e)``: int16 codes ``g`` and a power-of-two step ``t`` with ``q = t g + r``
+    exactly (``t g_i`` and ``q_i - t g_i`` are exact in float64), and ``e >= ||r||``."""
+    d = q.size
+    peak = 0.0
+    for i in range(d):
+        peak = max(peak, abs(np.float64(q[i])))
+    t = 1.0
+    if peak > 0:
+        t = math.ldexp(1.0, math.frexp(peak)[1] - _code_bits(d))  # |q_i| / t < 2**bits
+    inv_t = 1.0 / t
+    g = np.empty(d, dtype=np.int16)
+    total = 0.0
+    for i in range(d):
+        gi = np.rint(np.float64(q[i]) * inv_t)  # exact: t is a power of two
+        g[i] = np.int16(gi)
+        r = np.float64(q[i]) - t * gi
+        total += r * r
+    return g, t, np.sqrt(total * (1.0 + (d + 2) * 2.0**-52))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -58,22 +120,20 @@ def _query_norm_up(q):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _row_bound(q, q_norm, codes, scale, bound, j, wj):  # pragma: no cover - compiled
-    """Upper bound of row ``j``'s fp32 score ``fl(fl(q . x_j) * wj)`` from its int8 copy
-    (quantized_scan's module docstring); NaN where ``wj`` is inf and the bound 0."""
-    u = np.float64(_dot_int8(q, codes, j)) * np.float64(scale[j]) + q_norm * np.float64(bound[j])
-    return u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _prefetch_ahead(codes, ahead, stop):  # pragma: no cover - compiled
-    """Hint row ``ahead`` (if before ``stop``) into cache; the next row to hint."""
-    if ahead >= stop:
-        return ahead
-    d = codes.shape[1]
-    for c in range(0, d, 64):
-        _prefetch(codes, ahead * d + c)
-    return ahead + 1
+def _block_bounds(g, t, q_norm, q_resid, codes, scale, bound, norm, w, w_at, lo, hi, dots, ub):
+    """``ub[j - lo]`` for rows ``j`` in ``[lo, hi)`` (at most ``ub.size``): an upper bound of row
+    ``j``'s fp32 score ``fl(fl(q . x_j) * w[j - w_at])`` from its int8 copy and the query's codes
+    (quantized_scan's module docstring); NaN where the weight is inf and the bound 0."""
+    for j in range(lo, hi):
+        dots[j - lo] = _dot_codes(g, codes, j)
+    for j in range(lo, hi):
+        u = (
+            t * np.float64(scale[j]) * np.float64(dots[j - lo])
+            + q_norm * np.float64(bound[j])
+            + q_resid * np.float64(norm[j])
+        )
+        wj = np.float64(w[j - w_at])
+        ub[j - lo] = u * wj + 2.0**-23 * abs(u) * wj + 2.0**-149
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -97,21 +157,25 @@ def _skip_to(skip, at, j):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def scan(q, codes, scale, bound, w, lo, hi, kth, skip, out):  # pragma: no cover - compiled
+def scan(q, codes, scale, bound, norm, w, lo, hi, kth, skip, out):  # pragma: no cover - compiled
     """Writes to ``out`` the rows ``j`` in ``[lo, hi)``, not in ``skip`` (sorted), whose upper
     bound of the fp32 score (quantized_scan's module docstring) exceeds ``kth``, ascending;
     returns how many."""
     q_norm = _query_norm_up(q)
+    g, t, q_resid = _query_codes(q)
+    dots = np.empty(_BLOCK, dtype=np.int32)
+    ub = np.empty(_BLOCK, dtype=np.float64)
     count = 0
     s = np.searchsorted(skip, lo)
-    ahead = min(hi, lo + _AHEAD)
-    for j in range(lo, hi):
-        ahead = _prefetch_ahead(codes, ahead, hi)
-        s, skipped = _skip_to(skip, s, j)
-        if skipped:  # already scored (an index candidate)
-            continue
-        ub = _row_bound(q, q_norm, codes, scale, bound, j, np.float64(w[j - lo]))
-        if not ub <= kth:  # NaN (an inf weight times 0) stays: it is scored exactly
+    for b0 in range(lo, hi, _BLOCK):
+        b1 = min(hi, b0 + _BLOCK)
+        _block_bounds(g, t, q_norm, q_resid, codes, scale, bound, norm, w, lo, b0, b1, dots, ub)
+        for j in range(b0, b1):
+            if ub[j - b0] <= kth:  # NaN (an inf weight times 0) stays: it is scored exactly
+                continue
+            s, skipped = _skip_to(skip, s, j)
+            if skipped:  # already scored (an index candidate)
+                continue
             out[count] = j
             count += 1
     return count
@@ -160,6 +224,7 @@ def scan_one(
     codes,
     scale,
     bound,
+    norm,
     k,
     trust,
     band_start,
@@ -195,6 +260,9 @@ def scan_one(
     n = neg_w.size
     have = codes.shape[0]
     q_norm = _query_norm_up(q)
+    g, t, q_resid = _query_codes(q)
+    dots = np.empty(_BLOCK, dtype=np.int32)
+    ub = np.empty(_BLOCK, dtype=np.float64)
     scanned = 0
     rounds = 1
     while True:
@@ -210,23 +278,25 @@ def scan_one(
             stats[2] = stop
             return GROW
         at_seen = np.searchsorted(seen, scanned)
-        ahead = min(stop, scanned + _AHEAD)
-        for j in range(scanned, stop):
-            ahead = _prefetch_ahead(codes, ahead, stop)
-            at_seen, skipped = _skip_to(seen, at_seen, j)
-            if skipped:
-                continue
-            ub = _row_bound(q, q_norm, codes, scale, bound, j, np.float64(w_sorted[j]))
-            if ub <= kth:
-                continue
-            x = _faiss_inner_product(faiss_ny, q, vectors, j) * w_sorted[j]
-            # Entering the top-k with the threshold raised as rows enter gives the fp32 scan's
-            # merge of everything above the chunk's first threshold: a row that does not beat
-            # the current k-th could not have made the k best of that merge either.
-            if not x > s[k - 1]:
-                continue
-            _insert_sorted(s, p, k - 1, x, order[j])
-            kth = np.float64(s[k - 1])
+        for b0 in range(scanned, stop, _BLOCK):
+            b1 = min(stop, b0 + _BLOCK)
+            # Bounds against the k-th score as the block starts; it only rises within the block,
+            # so each row is tested again against the current one: the row-by-row decisions.
+            _block_bounds(g, t, q_norm, q_resid, codes, scale, bound, norm, w_sorted, 0, b0, b1, dots, ub)
+            for j in range(b0, b1):
+                if ub[j - b0] <= kth:
+                    continue
+                at_seen, skipped = _skip_to(seen, at_seen, j)
+                if skipped:
+                    continue
+                x = _faiss_inner_product(faiss_ny, q, vectors, j) * w_sorted[j]
+                # Entering the top-k with the threshold raised as rows enter gives the fp32 scan's
+                # merge of everything above the chunk's first threshold: a row that does not beat
+                # the current k-th could not have made the k best of that merge either.
+                if not x > s[k - 1]:
+                    continue
+                _insert_sorted(s, p, k - 1, x, order[j])
+                kth = np.float64(s[k - 1])
         scanned = stop
         rounds += 1
 
@@ -236,3 +306,18 @@ def inner_products_via(faiss_ny, q, x, out):  # pragma: no cover - compiled
     """``out[j]`` = row ``j``'s inner product with ``q`` through ``faiss_ny`` (a check)."""
     for j in range(x.shape[0]):
         out[j] = _faiss_inner_product(faiss_ny, q, x, j)
+
+
+@numba.njit(cache=True, nogil=True)
+def query_codes_via(q):  # pragma: no cover - compiled
+    """:func:`_query_codes` of ``q`` (a check)."""
+    return _query_codes(q)
+
+
+@numba.njit(cache=True, nogil=True)
+def dot_codes_via(g, codes):  # pragma: no cover - compiled
+    """``g . codes[j]`` for every row through the kernel's inner product (a check)."""
+    out = np.empty(codes.shape[0], dtype=np.int64)
+    for j in range(codes.shape[0]):
+        out[j] = _dot_codes(g, codes, j)
+    return out

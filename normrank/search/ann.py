@@ -34,7 +34,7 @@ the current k-th score: the same top-k, scores and tie order as the fp32 scan, b
 a quarter of the bytes read (27k real MiniLM embeddings, alpha = 1: ~4.9k rows scanned, 7.5 MB
 fp32 -> 1.9 MB int8 a query). The whole post-search stage runs as one compiled numba call
 (:func:`normrank.search._quantized_kernel.scan_one`); without numba the fp32 scan gives the same
-results. The int8 copy costs ``d + 8`` bytes per scanned row, on top of the fp32 copy.
+results. The int8 copy costs ``d + 12`` bytes per scanned row, on top of the fp32 copy.
 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
 as any re-ranking of ANN output must. Weighted documents are found however deep they sit in
@@ -50,7 +50,7 @@ import faiss
 import numpy as np
 
 from normrank.search import quantized_scan
-from normrank.search.faiss_info import ann_params
+from normrank.search.faiss_info import ann_params, search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.kernels import heap_add_scanned
 from normrank.search.quantized_scan import QuantizedRows
@@ -170,9 +170,8 @@ def _search(
     """``index.search`` at ``depth``; HNSW's beam is widened to ``depth`` (FAISS would return
     fewer than ``depth`` results when ``efSearch < depth``), never narrowed."""
     ef = (ann_params(index) if params is None else params).get("efSearch")
-    if ef is not None and depth > ef:
-        return index.search(q, depth, params=faiss.SearchParametersHNSW(efSearch=depth))
-    return index.search(q, depth)
+    wider = faiss.SearchParametersHNSW(efSearch=depth) if ef is not None and depth > ef else None
+    return search_raw(index, q, depth, wider)
 
 
 @dataclass
@@ -634,7 +633,7 @@ def _fused_one(fused, q, cos, pos, weights, order: WeightOrder, k, trust, band_s
         codes = order.codes(rows, q.size)  # the prefix copied so far, at least `rows` long
         status = scan_one(
             address, q, cos, pos, weights, order.rank, order.order, w_sorted, neg_w, w_min,
-            order.vectors(len(codes)), codes.codes, codes.scale, codes.bound,
+            order.vectors(len(codes)), codes.codes, codes.scale, codes.bound, codes.norm,
             k, trust, band_start, s, p, out,
         )  # fmt: skip
         if status == _GROW:  # the copy is grown (doubling) and the call repeated: warm-up only

@@ -23,6 +23,7 @@ __all__ = [
     "ivf_of",
     "levels",
     "raw_vectors",
+    "search_raw",
     "set_breadth",
     "stored_ids",
     "with_ids",
@@ -203,3 +204,17 @@ def set_breadth(inner: faiss.Index, knobs: dict[str, int]) -> dict[str, int]:
     if "nprobe" in knobs:
         ivf_of(inner).nprobe = knobs["nprobe"]
     return old
+
+
+def search_raw(
+    index: faiss.Index, q: np.ndarray, k: int, params: faiss.SearchParameters | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search(q, k, params=params)`` without the Python wrapper's copies and checks
+    (``q`` is float32 ``(nq, index.d)`` here already): ~4 us of a single query's ~35 on 8k
+    documents."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    nq = q.shape[0]
+    dist = np.empty((nq, k), dtype=np.float32)
+    labels = np.empty((nq, k), dtype=np.int64)
+    index.search_c(nq, faiss.swig_ptr(q), k, faiss.swig_ptr(dist), faiss.swig_ptr(labels), params)
+    return dist, labels

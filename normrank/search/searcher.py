@@ -9,7 +9,7 @@ import numpy as np
 
 from normrank.search import ann as _ann
 from normrank.search.cache import SearchCache
-from normrank.search.faiss_info import ann_params, flat_storage
+from normrank.search.faiss_info import ann_params, flat_storage, search_raw
 from normrank.search.flat import weighted_flat_search
 from normrank.validation import (
     MAX_ABS_ALPHA,
@@ -62,10 +62,11 @@ def _one_query_args(q, k, alpha, k_factor, dim: int, default_alpha: float, defau
     if type(a) not in (float, int) or not -MAX_ABS_ALPHA <= a <= MAX_ABS_ALPHA:  # NaN fails too
         return None
     x64 = q.reshape(1, dim).astype(np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", x64, x64))
-    if not storable_norm(float(norms[0])):  # zero, NaN or inf: the full checks say which
+    norm = float(np.sqrt(np.einsum("ij,ij->i", x64, x64))[0])
+    if not storable_norm(norm):  # zero, NaN or inf: the full checks say which
         return None
-    return (x64 / norms[:, None]).astype(np.float32), k, np.full(1, float(a)), default_factor
+    # (dividing by the float is the same IEEE division as by split_norms' broadcast column)
+    return (x64 / norm).astype(np.float32), k, np.array([float(a)]), default_factor
 
 
 def search_into(
@@ -100,6 +101,13 @@ def search_into(
         scores, ids = scores[:, :k], ids[:, :k]
     flat = inner if isinstance(inner, faiss.IndexFlat) else None
     if nq == 1 and flat is None:  # the latency case: one query, one alpha, no grouping
+        if (
+            alphas[0] == 0
+            and not n_removed
+            and ann != "overfetch"
+            and _cosine_one(index, unit_q, k, scores, ids)
+        ):
+            return
         plan = _ann_plan(index, inner, doc_ids, base, n_removed, cache, k, float(alphas[0]),
                          factor, ann, n_tail, max_depth)  # fmt: skip
         s, pos = _ann.adaptive_search(index, unit_q, k, **plan)
@@ -124,6 +132,19 @@ def search_into(
             s, pos = _ann.adaptive_search(index, unit_q[sub], k, **plan)
             scores[sub] = s
             ids[sub] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
+
+
+def _cosine_one(index: faiss.Index, unit_q: np.ndarray, k: int, scores: np.ndarray, ids: np.ndarray) -> bool:
+    """One cosine query with no removed documents in ``index``: FAISS's own top-``k``, written into
+    ``scores`` / ``ids`` (its ids are the documents' ids), as :func:`normrank.search.ann.adaptive_search`
+    returns it without the id round trip. False (nothing written) where FAISS had fewer than
+    ``k`` to give: the general path pads."""
+    cos, cand = search_raw(index, unit_q, k)
+    if cand[0, -1] < 0:
+        return False
+    scores[0] = cos[0]
+    ids[0] = cand[0]
+    return True
 
 
 def _ann_plan(
