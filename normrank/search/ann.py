@@ -28,8 +28,8 @@ with the bands scanned exactly and their size chosen per query).
 
 A single query (the latency case) reads the scanned prefix through an int8 copy first
 (:mod:`normrank.search.quantized_scan`: per-row scale and an exact bound of the quantisation error,
-so that each row's int8 inner product plus its bound is a rigorous upper bound of the fp32
-score) and scores exactly, by FAISS's own fp32 inner product, only the rows whose bound can beat
+the query coded in int16 with its own, so that each row's exact integer inner product plus the
+bounds is a rigorous upper bound of the fp32 score) and scores exactly, by FAISS's own fp32 inner product, only the rows whose bound can beat
 the current k-th score: the same top-k, scores and tie order as the fp32 scan, bit for bit, in
 a quarter of the bytes read (27k real MiniLM embeddings, alpha = 1: ~4.9k rows scanned, 7.5 MB
 fp32 -> 1.9 MB int8 a query). The whole post-search stage runs as one compiled numba call
