@@ -188,6 +188,14 @@ def test_single_cosine_query_is_faiss_own_answer_and_skips_removed_documents():
         got_s, got_i = idx.search(q[i], 10, alpha=0.0)
         np.testing.assert_array_equal(got_i, want_i)
         np.testing.assert_array_equal(got_s, want_s)
+    # A beam narrower than k: widened to k, as the batch path widens it (FAISS alone fills k
+    # results from a beam of 16, some of them worse).
+    hnsw = faiss.downcast_index(idx.faiss_index.index).hnsw
+    hnsw.efSearch = 16
+    narrow = idx.search(q, 40, alpha=0.0)[1]
+    for i in range(q.shape[0]):
+        np.testing.assert_array_equal(idx.search(q[i], 40, alpha=0.0)[1][0], narrow[i])
+    hnsw.efSearch = 64
     first = np.array([idx.search(q[i], 1, alpha=0.0)[1][0, 0] for i in range(q.shape[0])])
     idx.remove(np.unique(first))  # every query's best document goes
     _, batch_i = idx.search(q, 10, alpha=0.0)

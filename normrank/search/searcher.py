@@ -9,7 +9,7 @@ import numpy as np
 
 from normrank.search import ann as _ann
 from normrank.search.cache import SearchCache
-from normrank.search.faiss_info import ann_params, flat_storage, search_raw
+from normrank.search.faiss_info import ann_params, flat_storage
 from normrank.search.flat import weighted_flat_search
 from normrank.validation import (
     MAX_ABS_ALPHA,
@@ -105,7 +105,7 @@ def search_into(
             alphas[0] == 0
             and not n_removed
             and ann != "overfetch"
-            and _cosine_one(index, unit_q, k, scores, ids)
+            and _cosine_one(index, inner, unit_q, k, scores, ids)
         ):
             return
         plan = _ann_plan(index, inner, doc_ids, base, n_removed, cache, k, float(alphas[0]),
@@ -134,12 +134,15 @@ def search_into(
             ids[sub] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
 
 
-def _cosine_one(index: faiss.Index, unit_q: np.ndarray, k: int, scores: np.ndarray, ids: np.ndarray) -> bool:
-    """One cosine query with no removed documents in ``index``: FAISS's own top-``k``, written into
-    ``scores`` / ``ids`` (its ids are the documents' ids), as :func:`normrank.search.ann.adaptive_search`
-    returns it without the id round trip. False (nothing written) where FAISS had fewer than
-    ``k`` to give: the general path pads."""
-    cos, cand = search_raw(index, unit_q, k)
+def _cosine_one(
+    index: faiss.Index, inner: faiss.Index, unit_q: np.ndarray, k: int, scores: np.ndarray, ids: np.ndarray
+) -> bool:
+    """One cosine query with no removed documents in ``index``: FAISS's own top-``k`` (HNSW's beam
+    widened to ``k`` as the general path widens it), written into ``scores`` / ``ids`` (its ids
+    are the documents' ids), as :func:`normrank.search.ann.adaptive_search` returns it without the
+    id round trip. False (nothing written) where FAISS had fewer than ``k`` to give: the general
+    path pads."""
+    cos, cand = _ann._search(index, unit_q, k, ann_params(inner))
     if cand[0, -1] < 0:
         return False
     scores[0] = cos[0]
