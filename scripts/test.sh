@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/setup_clip.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-.venv/bin/ruff check normrank integrations benchmarks tests
-.venv/bin/ruff format --check normrank integrations benchmarks tests
+.venv/bin/ruff check normrank integrations benchmarks tests conftest.py
+.venv/bin/ruff format --check normrank integrations benchmarks tests conftest.py
 .venv/bin/python -m pytest -m "not slow" "$@"
 # open_clip's text tower, on a tiny random model, in the environment that has torchvision.
 .venv-clip/bin/python -m pytest -p no:cacheprovider -m clip tests/models/test_clip_encoders.py "$@"

