@@ -85,18 +85,18 @@ def breakdown(docs: np.ndarray, queries: np.ndarray, kind: str, label: str) -> l
         trust = min(depth, max(10, plan["trust_depth"]))
         scanned = []
 
-        def scan(i, keep=None, found=found, pos=pos, plan=plan, trust=trust):
+        runner = quantized_scan.FusedScan(
+            fused, plan["order"], plan["weights"], 10, trust, plan["band_start"]
+        )
+
+        def scan(i, keep=None, found=found, pos=pos, runner=runner):
             # another query's index search first: the scan meets the caches a search leaves
             plain.search(qu[(i + 37) % len(q) : (i + 37) % len(q) + 1], 10)
-            stats = ann.AnnStats()
             t0 = CLOCK()
-            ann._fused_one(
-                fused, np.ascontiguousarray(qu[i]), found[i][0][0], pos[i], plan["weights"],
-                plan["order"], 10, trust, plan["band_start"], stats,
-            )  # fmt: skip
+            runner(np.ascontiguousarray(qu[i]), found[i][0][0], pos[i])
             spent = CLOCK() - t0
             if keep is not None:
-                keep.append(stats.max_scanned)
+                keep.append(int(runner.out[1]))
             return spent
 
         for i in range(len(q)):

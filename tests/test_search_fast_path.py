@@ -115,32 +115,39 @@ def test_single_queries_are_exact_when_the_index_is(alpha):
 
 def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     """The plan kept per alpha is keyed by FAISS's current breadth (changed on the index
-    directly, or per call) and dropped by any change of the index."""
-    from normrank.search import ann
+    directly, or per call) and dropped by any change of the index: every FAISS search runs at
+    the breadth set at that moment (or wider, never narrower), single or batched."""
+    from normrank.search import ann, searcher
 
     used = []
-    real = ann.adaptive_search
-
-    def recording(*args, **kwargs):
-        used.append(kwargs["params"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ann, "adaptive_search", recording)
     rng = np.random.default_rng(4)
     x = rng.standard_normal((400, D)).astype(np.float32)
     idx = NormIndex(D, factory="HNSW16")
     idx.add(x)
     hnsw = faiss.downcast_index(idx.faiss_index.index).hnsw
+    real = searcher.search_raw
+
+    def recording(index, q, depth, params=None):
+        used.append((hnsw.efSearch if params is None else max(params.efSearch, hnsw.efSearch), depth))
+        return real(index, q, depth, params)
+
+    monkeypatch.setattr(searcher, "search_raw", recording)
+    monkeypatch.setattr(ann, "search_raw", recording)
     q = x[0]
     for ef in (16, 64, 16, 200):
         hnsw.efSearch = ef
-        idx.search(q, 5, alpha=0.5)
-        assert used[-1] == {"efSearch": ef}
-    idx.search(q, 5, alpha=0.5, ef_search=48)
-    assert used[-1] == {"efSearch": 48}
+        for query in (q, x[:3]):  # the latency case and a batch
+            idx.search(query, 5, alpha=0.5)
+            # FAISS at this breadth, the depth planned for it (a stale plan would fetch another)
+            assert used[-1] == (ef, ann.default_start(5, 10, {"efSearch": ef}, 400))
+    hnsw.efSearch = 200
+    idx.search(q, 5, alpha=0.5, ef_search=16)
+    assert used[-1] == (16, 16)
     assert hnsw.efSearch == 200  # the per-call breadth was put back
+    idx.search(q, 5, alpha=0.5)
+    assert used[-1] == (200, 50)  # and the plan at 200 is used again, not the call's
     idx.add(rng.standard_normal((5, D)).astype(np.float32))
-    assert not idx._cache.plans  # a new state derives everything again
+    assert not idx._cache.plans and idx._cache.one is None  # a new state derives everything again
     _, ids = idx.search(q, 5, alpha=0.5)
     assert ids[0, 0] == 0 and len(idx._cache.plans) == 1
 
@@ -205,3 +212,67 @@ def test_single_cosine_query_is_faiss_own_answer_and_skips_removed_documents():
         assert not np.isin(got, first).any() and (got >= 0).all()
         np.testing.assert_array_equal(got[0], batch_i[i])
         np.testing.assert_allclose(s[0], xu[(got[0] - 5) // 2] @ unit[i], rtol=1e-5, atol=1e-6)
+
+
+def _index_kinds(rng):
+    x = (rng.standard_normal((900, D)) * rng.lognormal(0, 0.6, (900, 1))).astype(np.float32)
+    hnsw = NormIndex(D, factory="HNSW16")
+    hnsw.add(x, ids=np.arange(900) * 3 + 1)
+    ivf = NormIndex(D, factory="IVF16,Flat", nprobe=4)
+    ivf.train(x)
+    ivf.add(x, ids=np.arange(900) * 3 + 1)
+    return x, {"hnsw": hnsw, "ivf": ivf}
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_latency_case_is_the_general_path_bit_for_bit(kind):
+    """One float32 query (the bound latency case, normrank.search.searcher.OneQuery) against the
+    same query through the general path (k_factor given: the same value, the full checks):
+    scores and ids equal bit for bit at every alpha, with the index's options changed between
+    calls (no state change: the bound case must follow them), removals (HNSW keeps them in its
+    graph), padding (one probed list) and k past the documents."""
+    rng = np.random.default_rng(7)
+    _, kinds = _index_kinds(rng)
+    idx = kinds[kind]
+    q = rng.standard_normal((12, D)).astype(np.float32)
+
+    def agree(k, alpha=None):
+        for i in range(q.shape[0]):
+            fast = idx.search(q[i], k, alpha=alpha)
+            slow = idx.search(q[i], k, alpha=alpha, k_factor=idx.k_factor)
+            np.testing.assert_array_equal(fast[1], slow[1])
+            np.testing.assert_array_equal(fast[0].view(np.int32), slow[0].view(np.int32))
+
+    for alpha in (-1.5, 0.0, 0.5, 1.0):
+        agree(10, alpha)
+    assert type(idx._cache.one).__name__ == "OneQuery" and idx._cache.one._runs  # it was taken
+    idx.alpha = -0.75
+    agree(10)  # the index's default alpha
+    idx.n_tail, idx.max_depth = 3, 12
+    agree(7, 1.0)
+    idx.ann = "overfetch"
+    agree(7, 1.0)
+    idx.ann, idx.n_tail, idx.max_depth = "adaptive", None, None
+    agree(5000, 0.5)  # more than there are: padded
+    if kind == "ivf":
+        faiss.extract_index_ivf(idx.faiss_index).nprobe = 1
+        agree(60, 0.5)  # one list: fewer candidates than k
+        agree(60, 0.0)
+    else:
+        idx.remove(np.unique(idx.search(q, 3, alpha=1.0)[1]))
+        for alpha in (0.0, 1.0, -1.5):
+            agree(10, alpha)
+
+
+def test_latency_case_keeps_a_bounded_number_of_plans():
+    """One query at a time over many alphas: the bound case keeps as many plans as the cache."""
+    from normrank.settings import WEIGHT_CACHE_ENTRIES
+
+    rng = np.random.default_rng(8)
+    _, kinds = _index_kinds(rng)
+    idx = kinds["hnsw"]
+    q = rng.standard_normal(D).astype(np.float32)
+    for alpha in np.linspace(-2, 2, 41):
+        idx.search(q, 5, alpha=float(alpha))
+    assert 0 < len(idx._cache.one._runs) <= WEIGHT_CACHE_ENTRIES
+    assert len(idx._cache.plans) <= WEIGHT_CACHE_ENTRIES

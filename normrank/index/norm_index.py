@@ -22,7 +22,7 @@ from normrank.index.state import IndexState, check_state
 from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import SearchCache
 from normrank.search.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
-from normrank.search.searcher import search_args, search_into
+from normrank.search.searcher import OneQuery, search_args, search_into
 
 __all__ = ["NormIndex"]
 
@@ -291,6 +291,14 @@ class NormIndex(SearchKnobs):
     def _changed(self) -> None:
         self._cache = SearchCache()
 
+    def _one_query(self) -> OneQuery | bool:
+        """The latency case bound to this state, or False where :meth:`search` never takes it
+        (flat storage has its own kernel, an empty index nothing to search)."""
+        if isinstance(self._inner, faiss.IndexFlat) or not self.ntotal:
+            return False
+        docs = self._docs
+        return OneQuery(self._index, self._inner, docs.ids, docs.base, len(docs.tombstones), self._cache)
+
     # -- search -------------------------------------------------------------------------------
 
     def _weight_for(self, alpha: float) -> np.ndarray | None:  # (for tests: what search uses)
@@ -328,6 +336,16 @@ class NormIndex(SearchKnobs):
             ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
             rows when fewer than ``k`` documents exist.
         """
+        if k_factor is None and nprobe is None and ef_search is None and params is None:
+            with self._lock:  # the latency case first: one float32 query, an ANN index
+                one = self._cache.one
+                if one is None:
+                    one = self._cache.one = self._one_query()
+                got = one and one(
+                    q, k, alpha, self._alpha, self._k_factor, self._ann, self._n_tail, self._max_depth
+                )
+            if got:
+                return got
         unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
         scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
         ids = np.full(scores.shape, -1, dtype=np.int64)

@@ -70,9 +70,6 @@ __all__ = [
     "unseen_bound",
 ]
 
-# scan_one's answers (normrank.search._quantized_kernel).
-_DONE, _FALLBACK, _GROW = 0, 1, 2
-
 # A batch's weight-order scan grows by this factor per round, and never past what its deepest
 # open query needs: a batch scans at most twice what its bound needed.
 _GROWTH = 2
@@ -551,9 +548,12 @@ def _search_one(
         fused = quantized_scan.fused_scan(q.size)
         if fused is not None:  # the common case, all in one compiled call
             trust = min(depth, max(k, trust_depth or depth))
-            got = _fused_one(fused, q, cos, pos, weights, order, k, trust, band_start, stats)
+            scan = quantized_scan.FusedScan(fused, order, weights, k, trust, band_start)
+            got = scan(q, cos, pos)
             if got is not None:
-                return got
+                stats.rounds = int(scan.out[0])
+                stats.max_scanned = max(stats.max_scanned, int(scan.out[1]))
+                return got[0][None], got[1][None]
     if pos.size >= k and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
         rescored = cos * weights[pos]
         top = np.argsort(-rescored, kind="stable")[:k]
@@ -617,30 +617,3 @@ def _search_one(
         scanned = stop
         stats.rounds += 1
         stats.max_scanned = max(stats.max_scanned, scanned)
-
-
-def _fused_one(fused, q, cos, pos, weights, order: WeightOrder, k, trust, band_start, stats):
-    """The scan of :func:`_search_one` in one compiled call (:func:`normrank.search._quantized_kernel.
-    scan_one`: the same candidates, bound, chunks and scores); None where that call leaves the
-    case to the numpy path (pads, tombstones, non-finite scores)."""
-    scan_one, address = fused
-    w_sorted, neg_w, w_min = order.sorted_weights(weights)
-    s = np.empty(k, dtype=np.float32)
-    p = np.empty(k, dtype=np.int64)
-    out = np.zeros(3, dtype=np.int64)
-    rows = 1
-    while True:
-        codes = order.codes(rows, q.size)  # the prefix copied so far, at least `rows` long
-        status = scan_one(
-            address, q, cos, pos, weights, order.rank, order.order, w_sorted, neg_w, w_min,
-            order.vectors(len(codes)), codes.codes, codes.scale, codes.bound, codes.norm,
-            k, trust, band_start, s, p, out,
-        )  # fmt: skip
-        if status == _GROW:  # the copy is grown (doubling) and the call repeated: warm-up only
-            rows = int(out[2])
-            continue
-        if status == _FALLBACK:
-            return None
-        stats.rounds = int(out[0])
-        stats.max_scanned = max(stats.max_scanned, int(out[1]))
-        return s[None], p[None]

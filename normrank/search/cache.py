@@ -30,9 +30,11 @@ class SearchCache:
             reads id -1 in one gather.
         plans: ANN search arguments per (alpha, k, options, breadth), the last 8 used
             (:func:`normrank.search.searcher.search_into`; they hold only what this cache derives).
+        one: the latency case bound to this state (:class:`normrank.search.searcher.OneQuery`),
+            False where the index is flat.
     """
 
-    __slots__ = ("device", "fenced", "lookup", "orders", "plans", "powers")
+    __slots__ = ("device", "fenced", "lookup", "one", "orders", "plans", "powers")
 
     def __init__(self) -> None:
         self.powers: dict[float, np.ndarray] = {}
@@ -41,6 +43,7 @@ class SearchCache:
         self.device: Any = None
         self.plans: dict[tuple, dict[str, Any]] = {}
         self.fenced: np.ndarray | None = None
+        self.one: Any = None
 
     def fenced_ids(self, ids: np.ndarray) -> np.ndarray:
         if self.fenced is None:

@@ -5,6 +5,8 @@ breadth), so a new FAISS type is taught to normrank once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import faiss
 import numpy as np
 
@@ -15,6 +17,7 @@ __all__ = [
     "MAX_EF_SEARCH",
     "ann_params",
     "breadth_knobs",
+    "breadth_reader",
     "can_remove",
     "flat_storage",
     "inner_index",
@@ -158,6 +161,21 @@ def ann_params(index: faiss.Index) -> dict[str, int]:
         out["nprobe"] = int(ivf.nprobe)
         out["nlist"] = int(ivf.nlist)
     return out
+
+
+def breadth_reader(inner: faiss.Index) -> Callable[[], dict[str, int]]:
+    """A function returning :func:`ann_params` of ``inner`` (the index beneath an id map, kept
+    alive by the caller) as it is at each call, with FAISS's structures looked up once: ~0.3 us
+    a read instead of ~1.2 (the breadth is read on every search, since it can be changed on the
+    FAISS index directly)."""
+    if isinstance(inner, faiss.IndexHNSW):
+        hnsw = inner.hnsw
+        return lambda: {"efSearch": int(hnsw.efSearch)}
+    ivf = ivf_of(inner)
+    if ivf is not None:
+        nlist = int(ivf.nlist)
+        return lambda: {"nprobe": int(ivf.nprobe), "nlist": nlist}
+    return dict
 
 
 def breadth_knobs(

@@ -45,6 +45,7 @@ import numpy as np
 __all__ = [
     "MAX_DIM",
     "MIN_DIM",
+    "FusedScan",
     "QuantizedRows",
     "available",
     "candidates",
@@ -63,6 +64,8 @@ _BLOCK_ROWS = 1024  # rows quantised at a time
 _UNIT = 2.0**-24  # float32 unit roundoff
 _kernel = None  # the compiled numba function; False once numba was found missing
 _fused = None  # (scan_one, FAISS's fvec_inner_products_ny address), or False
+# scan_one's answers (normrank.search._quantized_kernel).
+_DONE, _FALLBACK, _GROW = 0, 1, 2
 
 
 def _gamma(d: int) -> float:
@@ -255,3 +258,45 @@ def _working_fused():
     if status != 0 or top_p[0] != 5 or top_s[0] != w[5] or stats[1] != n - 4:
         return False
     return scan_one, address
+
+
+class FusedScan:
+    """The single-query scan of :func:`normrank.search.ann.rerank` in one compiled call
+    (:func:`normrank.search._quantized_kernel.scan_one`: the same candidates, bound, chunks and
+    scores) for one weighting, ``k`` and trusted rank, with its result buffers: built once per
+    search plan, so that a single query pays the compiled call and little else. Calls must not
+    overlap (a NormIndex searches under its lock); results are views of the buffers, valid until
+    the next call. ``order``: the plan's :class:`normrank.search.ann.WeightOrder`; ``fused``:
+    :func:`fused_scan`'s pair."""
+
+    __slots__ = ("_fused", "_order", "_sorted", "_weights", "band_start", "k", "out", "p", "s", "trust")
+
+    def __init__(self, fused, order, weights: np.ndarray, k: int, trust: int, band_start: int):
+        self._fused, self._order, self._weights = fused, order, weights
+        self._sorted = order.sorted_weights(weights)
+        self.k, self.trust, self.band_start = k, trust, band_start
+        self.s = np.empty(k, dtype=np.float32)
+        self.p = np.empty(k, dtype=np.int64)
+        self.out = np.zeros(3, dtype=np.int64)  # rounds, rows scanned, rows the copy must hold
+
+    def __call__(
+        self, q: np.ndarray, cos: np.ndarray, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(scores, positions)`` ``(k,)`` of one query (``q`` float32 C-contiguous, its
+        candidates' cosines and storage positions); None where the compiled call leaves the case
+        to the numpy path (pads, tombstones, non-finite scores)."""
+        scan_one, address = self._fused
+        order = self._order
+        w_sorted, neg_w, w_min = self._sorted
+        rows = 1
+        while True:
+            codes = order.codes(rows, q.size)  # the prefix copied so far, at least `rows` long
+            status = scan_one(
+                address, q, cos, pos, self._weights, order.rank, order.order, w_sorted, neg_w, w_min,
+                order.vectors(len(codes)), codes.codes, codes.scale, codes.bound, codes.norm,
+                self.k, self.trust, self.band_start, self.s, self.p, self.out,
+            )  # fmt: skip
+            if status == _GROW:  # the copy is grown (doubling) and the call repeated: warm-up only
+                rows = int(self.out[2])
+                continue
+            return None if status == _FALLBACK else (self.s, self.p)
