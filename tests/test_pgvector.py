@@ -563,7 +563,7 @@ def test_client_band_follows_every_writer(uri, table):
     rows_of(uri, f"TRUNCATE {table}")
     rows = {}
     assert (idx.search(q, 10, alpha=-1.0)[1] == -1).all()
-    other.add(x[:300])
+    other.add(x[:300], ids=np.arange(300))  # (default ids would start after those removed)
     rows = {i: (x[i] / norms[i], float(norms[i])) for i in range(300)}
     check()
 
@@ -599,3 +599,38 @@ def test_a_format_1_table_gets_the_generation_trigger_when_reopened(uri, table):
     ref.set_weights(np.where(np.arange(500) == 11, 0.001, np.linalg.norm(x, axis=1)).astype(np.float32))
     assert_same_topk(ref.search(q, 10, alpha=-1.0), again.search(q, 10, alpha=-1.0))
     assert again._copy.reads == reads + 1
+
+
+def test_default_ids_never_reuse_a_removed_id(uri, table):
+    """As NormIndex: a removed id is never a default id again, in this object, in a new one over
+    the same table, and for the adapters' record store (``next_key``); the mark is raised in the
+    removing transaction (a remove that fails leaves it), and a registry from before it had the
+    column gets it when a table is opened."""
+    from normrank.backends.pgvector_records import PgVectorRecordIndex
+
+    x = data(12, 8, seed=37)
+    idx = PgVectorNormIndex(uri, table, 8)
+    np.testing.assert_array_equal(idx.add(x[:5]), np.arange(5))
+    idx.remove([3, 4])  # the largest ids go
+    np.testing.assert_array_equal(idx.add(x[5:6]), [5])
+    with pytest.raises(UnknownIdError):
+        idx.remove([5, 99])  # rolled back whole: neither removed nor marked
+    idx.remove([5])
+    idx.close()
+    again = PgVectorNormIndex(uri, table, 8)
+    assert len(again) == 3
+    np.testing.assert_array_equal(again.add(x[6:8]), [6, 7])  # not 3: the registry remembers
+    again.add(x[8:9], ids=[40])
+    np.testing.assert_array_equal(again.add(x[9:10]), [41])  # after the largest present, too
+    again.remove([41, 40])
+    again.close()
+    records = PgVectorRecordIndex(uri, table + "r", 8)
+    records.add(x[:2])
+    records.remove([1])
+    assert records.next_key() == 2
+    records.close()
+    rows_of(uri, "ALTER TABLE normrank_tables DROP COLUMN next_id")  # an older registry
+    old = PgVectorNormIndex(uri, table, 8)
+    assert rows_of(uri, "SELECT next_id FROM normrank_tables WHERE table_oid = %s::regclass", table) == [(0,)]
+    np.testing.assert_array_equal(old.add(x[10:11]), [8])  # its removals were not kept: after the largest
+    old.close()

@@ -7,7 +7,7 @@ import pytest
 from conftest import assert_same_topk
 
 from normrank import NormIndex
-from normrank.errors import DuplicateIdError, UnknownIdError
+from normrank.errors import DuplicateIdError, IndexStateError, UnknownIdError
 
 qdrant_client = pytest.importorskip("qdrant_client")
 
@@ -188,3 +188,46 @@ def test_options_have_the_core_bounds():
         kw = {"dim": 8, **bad}
         with pytest.raises(InvalidParameterError):
             QdrantNormIndex(client=client, collection="o", **kw)
+
+
+def test_default_ids_never_reuse_a_removed_id(tmp_path):
+    """As NormIndex and the Edge backend: a removed id is never a default id again, in this
+    object and in a new one over the same collection (another process, a reopened store: the
+    next id is kept in the collection's metadata, written before the points go)."""
+    from normrank.backends.qdrant import QdrantNormIndex
+
+    x, _ = clustered(12, 1, d=8, seed=4)
+    client = qdrant_client.QdrantClient(path=str(tmp_path / "store"))
+    qi = QdrantNormIndex(dim=8, client=client, collection="c")
+    np.testing.assert_array_equal(qi.add(x[:5]), np.arange(5))
+    qi.remove([3, 4])  # the largest ids go
+    np.testing.assert_array_equal(qi.add(x[5:6]), [5])  # this object remembers
+    qi.remove([5])
+    client.close()
+    client = qdrant_client.QdrantClient(path=str(tmp_path / "store"))
+    again = QdrantNormIndex(dim=8, client=client, collection="c")
+    assert len(again) == 3
+    np.testing.assert_array_equal(again.add(x[6:8]), [6, 7])  # not 3: the collection remembers
+    again.add(x[8:9], ids=[40])
+    again.refresh()
+    np.testing.assert_array_equal(again.add(x[9:10]), [41])  # after the largest present, too
+    client.update_collection("c", metadata={"normrank_next_id": "soon"})
+    with pytest.raises(IndexStateError, match="normrank_next_id"):
+        QdrantNormIndex(dim=8, client=client, collection="c").add(x[10:11])
+    client.close()
+
+
+def test_a_server_without_collection_metadata_is_said(monkeypatch):
+    """A server that keeps no collection metadata cannot hold the next id: remove still works
+    and warns that a later opener may give removed ids again."""
+    from normrank.backends.qdrant import QdrantNormIndex
+
+    x, _ = clustered(6, 1, d=8, seed=5)
+    client = qdrant_client.QdrantClient(":memory:")
+    qi = QdrantNormIndex(dim=8, client=client, collection="c")
+    qi.add(x)
+    monkeypatch.setattr(client, "update_collection", lambda *a, **kw: True)  # accepted, not kept
+    with pytest.warns(RuntimeWarning, match="removed ids"):
+        assert qi.remove([5]) == 1
+    assert len(qi) == 5
+    np.testing.assert_array_equal(qi.add(x[:1]), [6])  # this object still remembers

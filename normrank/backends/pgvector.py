@@ -94,6 +94,19 @@ def _sql() -> Any:
     return sql
 
 
+def _next_id_column(conn: Any, reg_schema: str) -> None:
+    """The registry's ``next_id`` column (the next default id of each table), added where an
+    older registry lacks it: 0 for tables already registered, whose removed ids were not kept."""
+    sql = _sql()
+    reg = sql.Identifier(reg_schema, REGISTRY)
+    has_col = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'next_id' AND NOT attisdropped",
+        (reg.as_string(conn),),
+    ).fetchone()
+    if not has_col:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN next_id bigint NOT NULL DEFAULT 0").format(reg))
+
+
 def _checked_table(table: object) -> str:
     if not isinstance(table, str) or not _NAME.fullmatch(table):
         raise InvalidParameterError(
@@ -270,6 +283,7 @@ class PgVectorNormIndex:
                 # copy of the band search (pgvector_band) is checked against it. A table of format 1
                 # gets the trigger here, when reopened (refused if this role may not create it).
                 B.generation_trigger(conn, self._t, self.table, reg_schema, REGISTRY)
+                _next_id_column(conn, reg_schema)
                 conn.execute(
                     sql.SQL("UPDATE {} SET format = %s WHERE table_oid = %s AND format < %s").format(
                         self._reg
@@ -282,6 +296,16 @@ class PgVectorNormIndex:
             ) from e
         except psycopg.Error as e:
             raise IndexStateError(f"PostgreSQL could not set up {self.table!r}: {e}") from e
+
+    def _next_id(self, conn: Any) -> int:
+        """The next default id: after the largest id present and every id normrank removed
+        (``next_id`` in the registry, raised by :meth:`remove` in its transaction), so that a
+        removed id is never handed out again, as in NormIndex."""
+        sql = _sql()
+        q = sql.SQL(
+            "SELECT greatest(coalesce(max(id) + 1, 0), (SELECT next_id FROM {reg} WHERE table_oid = %s)) FROM {t}"
+        ).format(reg=self._reg, t=self._t)
+        return int(conn.execute(q, (self._oid(conn),)).fetchone()[0])
 
     def _oid(self, conn: Any) -> int | None:
         name = self._t.as_string(conn)
@@ -395,7 +419,7 @@ class PgVectorNormIndex:
     # -- mutation -------------------------------------------------------------------------------
 
     def _lock_table(self, conn: Any) -> None:
-        # Writers of this table queue here (default ids are max(id) + 1: two at once would clash).
+        # Writers of this table queue here (two default-id adds at once would clash).
         conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._oid(conn),))
 
     def _count_in(self, conn: Any) -> int:
@@ -427,10 +451,8 @@ class PgVectorNormIndex:
             if w is not None and not custom:
                 raise InvalidInputError("weights= is for a table with custom weights (set_weights first)")
             if given is None:
-                top = conn.execute(
-                    sql.SQL("SELECT coalesce(max(id) + 1, 0) FROM {}").format(self._t)
-                ).fetchone()
-                new_ids = np.arange(int(top[0]), int(top[0]) + n, dtype=np.int64)
+                top = self._next_id(conn)
+                new_ids = np.arange(top, top + n, dtype=np.int64)
             else:
                 new_ids = given
                 present = conn.execute(
@@ -476,6 +498,12 @@ class PgVectorNormIndex:
             if len(gone) != arr.size:
                 missing = sorted(set(arr.tolist()) - {r[0] for r in gone})
                 raise UnknownIdError(f"unknown ids: {missing[:10]}")  # rolls the delete back
+            conn.execute(  # in the same transaction: these ids are never default ids again
+                sql.SQL("UPDATE {} SET next_id = greatest(next_id, %s) WHERE table_oid = %s").format(
+                    self._reg
+                ),
+                (int(arr.max()) + 1, self._oid(conn)),
+            )
             return len(gone)
 
         if not arr.size:

@@ -397,11 +397,9 @@ class PgVectorRecordIndex(PgVectorNormIndex):
             conn.execute(q)
 
     def next_key(self) -> int:
-        """One more than the largest id of the vectors table (0 when empty)."""
-        from psycopg import sql
-
-        q = sql.SQL("SELECT coalesce(max(id) + 1, 0) FROM {}").format(self._t)
-        return int(self._run(lambda c: c.execute(q).fetchone()[0], read_only=True))
+        """The next default id of the vectors table: after the largest present and every id
+        removed through normrank (0 when it never held any)."""
+        return int(self._run(self._next_id, read_only=True))
 
     def search_where(
         self, q: ArrayLike, k: int, *, alpha: float | None = None, where: Where | None = None

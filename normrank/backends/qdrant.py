@@ -47,6 +47,9 @@ __all__ = ["QdrantNormIndex"]
 
 _NORM = "norm"
 _UPSERT_BATCH = 512
+# The collection's metadata key for the next default id: above every id ever removed, so that
+# a later QdrantNormIndex (another process, a reopened server) never hands a removed id out again.
+_NEXT_ID = "normrank_next_id"
 
 
 def _models() -> Any:
@@ -174,7 +177,8 @@ class QdrantNormIndex:
         if ids is None:
             if self._next_id is None:
                 top, _ = self.client.scroll(self.collection, limit=1 << 30, with_payload=False)
-                self._next_id = max((int(p.id) for p in top), default=-1) + 1
+                present = max((int(p.id) for p in top), default=-1) + 1
+                self._next_id = max(present, self._saved_next_id())
             new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         else:
             new_ids = as_ids(ids, n)
@@ -202,11 +206,43 @@ class QdrantNormIndex:
         if missing:
             raise UnknownIdError(f"unknown ids: {missing[:10]}")
         if arr.size:
+            # Saved before the points go, so that no later opener hands these ids out again.
+            self._save_next_id(int(arr.max()) + 1)
             self.client.delete(
                 self.collection, points_selector=m.PointIdsList(points=arr.tolist()), wait=True
             )
         self._stats = None
         return int(arr.size)
+
+    def _saved_next_id(self) -> int:
+        """The next default id kept in the collection's metadata (0 if none)."""
+        meta = self.client.get_collection(self.collection).config.metadata or {}
+        value = meta.get(_NEXT_ID, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
+            raise IndexStateError(
+                f"collection {self.collection!r} holds metadata {_NEXT_ID}={value!r}, not a "
+                "non-negative integer: fix or delete that key"
+            )
+        return int(value)
+
+    def _save_next_id(self, at_least: int) -> None:
+        """Raise the saved next default id to ``at_least``. A server that keeps no collection
+        metadata (Qdrant before it had any) cannot hold it: said in a warning, since a later
+        opener may then give a removed id again."""
+        saved = self._saved_next_id()
+        if self._next_id is not None:  # (unknown yet: the first default add reads both)
+            self._next_id = max(self._next_id, at_least)
+        if at_least <= saved:
+            return
+        self.client.update_collection(self.collection, metadata={_NEXT_ID: int(at_least)})
+        if self._saved_next_id() < at_least:
+            warnings.warn(
+                f"this Qdrant server did not keep the metadata {_NEXT_ID} of collection "
+                f"{self.collection!r}: a later QdrantNormIndex over it may hand out removed ids "
+                "again as default ids; pass ids= to add where that matters",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     # -- search -------------------------------------------------------------------------------
 
