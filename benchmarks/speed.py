@@ -522,7 +522,13 @@ def main() -> None:
         "--quick", action="store_true", help="smaller sets and fewer repetitions (< 15 min, 2 cores)"
     )
     ap.add_argument("--json", type=Path, help="write {'rows': [...], 'meta': {...}} here")
-    ap.add_argument("--md", type=Path, default=ROOT / "results" / "speed.md", help="markdown table output")
+    ap.add_argument(
+        "--md",
+        type=Path,
+        default=None,
+        help="markdown table output (default: results/speed.md, for a run of every section with the "
+        "alternatives only: a partial run would replace the committed table with fewer rows)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads for both sides (default 1)")
     ap.add_argument(
         "--cached-only", action="store_true", help="use only corpora already encoded (skip the rest)"
@@ -685,6 +691,10 @@ def main() -> None:
     }
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "meta": meta}, indent=1))
+    if args.md is None and (args.no_alternatives or set(args.only.split(",")) != set(SECTIONS)):
+        print(f"done in {meta['minutes']:.1f} min (a partial run: no markdown table unless --md is given)")
+        return
+    args.md = args.md or ROOT / "results" / "speed.md"
     args.md.parent.mkdir(parents=True, exist_ok=True)
     # Hand-written notes below the marker survive a re-run; the table above it is regenerated.
     notes = ""
