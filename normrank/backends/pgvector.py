@@ -94,19 +94,6 @@ def _sql() -> Any:
     return sql
 
 
-def _next_id_column(conn: Any, reg_schema: str) -> None:
-    """The registry's ``next_id`` column (the next default id of each table), added where an
-    older registry lacks it: 0 for tables already registered, whose removed ids were not kept."""
-    sql = _sql()
-    reg = sql.Identifier(reg_schema, REGISTRY)
-    has_col = conn.execute(
-        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'next_id' AND NOT attisdropped",
-        (reg.as_string(conn),),
-    ).fetchone()
-    if not has_col:
-        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN next_id bigint NOT NULL DEFAULT 0").format(reg))
-
-
 def _checked_table(table: object) -> str:
     if not isinstance(table, str) or not _NAME.fullmatch(table):
         raise InvalidParameterError(
@@ -283,7 +270,7 @@ class PgVectorNormIndex:
                 # copy of the band search (pgvector_band) is checked against it. A table of format 1
                 # gets the trigger here, when reopened (refused if this role may not create it).
                 B.generation_trigger(conn, self._t, self.table, reg_schema, REGISTRY)
-                _next_id_column(conn, reg_schema)
+                S.next_id_column(conn, sql.Identifier(reg_schema, REGISTRY))
                 conn.execute(
                     sql.SQL("UPDATE {} SET format = %s WHERE table_oid = %s AND format < %s").format(
                         self._reg

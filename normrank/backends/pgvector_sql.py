@@ -348,3 +348,16 @@ def hnsw_indexes(conn: Any, t: Any) -> list[tuple[str, str]]:
         "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = to_regclass(%s) AND a.amname = 'hnsw'",
         (t.as_string(conn),),
     ).fetchall()
+
+
+def next_id_column(conn: Any, registry: Any) -> None:
+    """The registry's ``next_id`` column (the next default id of each table), added where an
+    older registry lacks it: 0 for tables already registered, whose removed ids were not kept."""
+    from psycopg import sql
+
+    has_col = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'next_id' AND NOT attisdropped",
+        (registry.as_string(conn),),
+    ).fetchone()
+    if not has_col:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN next_id bigint NOT NULL DEFAULT 0").format(registry))
