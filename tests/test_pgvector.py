@@ -590,7 +590,7 @@ def test_a_format_1_table_gets_the_generation_trigger_when_reopened(uri, table):
     rows_of(uri, f"DROP TRIGGER {table}_nr_generation ON {table}")
     rows_of(uri, "UPDATE normrank_tables SET format = 1 WHERE table_oid = %s::regclass", table)
     again = PgVectorNormIndex(uri, table, 8)
-    assert rows_of(uri, "SELECT format FROM normrank_tables WHERE table_oid = %s::regclass", table) == [(2,)]
+    assert rows_of(uri, "SELECT format FROM normrank_tables WHERE table_oid = %s::regclass", table) == [(3,)]
     assert rows_of(uri, "SELECT 1 FROM pg_trigger WHERE tgname = %s", f"{table}_nr_generation")
     again.search(q, 10, alpha=-1.0)
     reads = again._copy.reads
@@ -603,12 +603,13 @@ def test_a_format_1_table_gets_the_generation_trigger_when_reopened(uri, table):
 
 def test_default_ids_never_reuse_a_removed_id(uri, table):
     """As NormIndex: a removed id is never a default id again, in this object, in a new one over
-    the same table, and for the adapters' record store (``next_key``); the mark is raised in the
-    removing transaction (a remove that fails leaves it), and a registry from before it had the
-    column gets it when a table is opened."""
+    the same table, after plain SQL's DELETE, TRUNCATE and UPDATE of ids, and for the adapters'
+    record store (``next_key``); the mark moves with the removing transaction (a remove that
+    fails leaves it), and a table of the previous format, in a registry without the column,
+    gets both when it is opened."""
     from normrank.backends.pgvector_records import PgVectorRecordIndex
 
-    x = data(12, 8, seed=37)
+    x = data(20, 8, seed=37)
     idx = PgVectorNormIndex(uri, table, 8)
     np.testing.assert_array_equal(idx.add(x[:5]), np.arange(5))
     idx.remove([3, 4])  # the largest ids go
@@ -622,15 +623,30 @@ def test_default_ids_never_reuse_a_removed_id(uri, table):
     np.testing.assert_array_equal(again.add(x[6:8]), [6, 7])  # not 3: the registry remembers
     again.add(x[8:9], ids=[40])
     np.testing.assert_array_equal(again.add(x[9:10]), [41])  # after the largest present, too
-    again.remove([41, 40])
+    rows_of(uri, f"DELETE FROM {table} WHERE id >= 40")  # plain SQL
+    np.testing.assert_array_equal(again.add(x[10:11]), [42])
+    rows_of(uri, f"UPDATE {table} SET id = 100 WHERE id = 42")
+    rows_of(uri, f"UPDATE {table} SET id = 43 WHERE id = 100")  # 100 was used, then left
+    np.testing.assert_array_equal(again.add(x[11:12]), [101])
+    rows_of(uri, f"TRUNCATE {table}")
+    assert len(again) == 0
+    np.testing.assert_array_equal(again.add(x[12:13]), [102])
     again.close()
     records = PgVectorRecordIndex(uri, table + "r", 8)
     records.add(x[:2])
     records.remove([1])
     assert records.next_key() == 2
     records.close()
-    rows_of(uri, "ALTER TABLE normrank_tables DROP COLUMN next_id")  # an older registry
+    # As the previous format left it: no trigger, no column, format 2.
+    for name in (table, table + "r"):
+        rows_of(uri, f"DROP TRIGGER {name}_nr_next_id ON {name}")
+    rows_of(uri, "ALTER TABLE normrank_tables DROP COLUMN next_id")
+    rows_of(uri, "UPDATE normrank_tables SET format = 2 WHERE table_oid = %s::regclass", table)
     old = PgVectorNormIndex(uri, table, 8)
-    assert rows_of(uri, "SELECT next_id FROM normrank_tables WHERE table_oid = %s::regclass", table) == [(0,)]
-    np.testing.assert_array_equal(old.add(x[10:11]), [8])  # its removals were not kept: after the largest
+    got = rows_of(uri, "SELECT next_id, format FROM normrank_tables WHERE table_oid = %s::regclass", table)
+    assert got == [(0, 3)]  # what it removed before was not kept; from now on it is
+    assert rows_of(uri, "SELECT 1 FROM pg_trigger WHERE tgname = %s", f"{table}_nr_next_id")
+    np.testing.assert_array_equal(old.add(x[13:14]), [103])  # after the largest present
+    rows_of(uri, f"DELETE FROM {table} WHERE id = 103")
+    np.testing.assert_array_equal(old.add(x[14:15]), [104])
     old.close()

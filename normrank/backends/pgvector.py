@@ -66,7 +66,9 @@ __all__ = ["REGISTRY", "PgVectorNormIndex"]
 
 #: The table that lists normrank's tables (one row per table: its oid, dim, custom weights).
 REGISTRY = "normrank_tables"
-_FORMAT = 2  # 2: the generation trigger (pgvector_band); a format-1 table gets it when reopened
+# 2: the generation trigger (pgvector_band); 3: the next-id triggers (pgvector_sql.next_id_tracking).
+# A table of an older format gets them when reopened.
+_FORMAT = 3
 # Plain identifiers only: the derived index names (table + suffix) must stay within
 # PostgreSQL's 63 bytes, or two of them could be truncated to the same name.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
@@ -270,7 +272,7 @@ class PgVectorNormIndex:
                 # copy of the band search (pgvector_band) is checked against it. A table of format 1
                 # gets the trigger here, when reopened (refused if this role may not create it).
                 B.generation_trigger(conn, self._t, self.table, reg_schema, REGISTRY)
-                S.next_id_column(conn, sql.Identifier(reg_schema, REGISTRY))
+                S.next_id_tracking(conn, self._t, self.table, reg_schema, REGISTRY)
                 conn.execute(
                     sql.SQL("UPDATE {} SET format = %s WHERE table_oid = %s AND format < %s").format(
                         self._reg
@@ -285,9 +287,10 @@ class PgVectorNormIndex:
             raise IndexStateError(f"PostgreSQL could not set up {self.table!r}: {e}") from e
 
     def _next_id(self, conn: Any) -> int:
-        """The next default id: after the largest id present and every id normrank removed
-        (``next_id`` in the registry, raised by :meth:`remove` in its transaction), so that a
-        removed id is never handed out again, as in NormIndex."""
+        """The next default id: after the largest id present and every id removed (``next_id``
+        in the registry, raised before each removing statement by the table's trigger,
+        :func:`normrank.backends.pgvector_sql.next_id_tracking`), so that a removed id is never
+        handed out again, as in NormIndex."""
         sql = _sql()
         q = sql.SQL(
             "SELECT greatest(coalesce(max(id) + 1, 0), (SELECT next_id FROM {reg} WHERE table_oid = %s)) FROM {t}"
@@ -485,7 +488,7 @@ class PgVectorNormIndex:
             if len(gone) != arr.size:
                 missing = sorted(set(arr.tolist()) - {r[0] for r in gone})
                 raise UnknownIdError(f"unknown ids: {missing[:10]}")  # rolls the delete back
-            conn.execute(  # in the same transaction: these ids are never default ids again
+            conn.execute(  # as the next-id trigger does, which may be disabled: never default ids again
                 sql.SQL("UPDATE {} SET next_id = greatest(next_id, %s) WHERE table_oid = %s").format(
                     self._reg
                 ),

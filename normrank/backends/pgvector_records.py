@@ -398,7 +398,7 @@ class PgVectorRecordIndex(PgVectorNormIndex):
 
     def next_key(self) -> int:
         """The next default id of the vectors table: after the largest present and every id
-        removed through normrank (0 when it never held any)."""
+        removed (0 when it never held any)."""
         return int(self._run(self._next_id, read_only=True))
 
     def search_where(

@@ -350,14 +350,47 @@ def hnsw_indexes(conn: Any, t: Any) -> list[tuple[str, str]]:
     ).fetchall()
 
 
-def next_id_column(conn: Any, registry: Any) -> None:
-    """The registry's ``next_id`` column (the next default id of each table), added where an
-    older registry lacks it: 0 for tables already registered, whose removed ids were not kept."""
+# The trigger function (in the registry's schema, shared by every table) that raises a table's
+# next_id past its largest id before a statement removes rows (DELETE, TRUNCATE, UPDATE of id).
+_NEXT_ID_FN = "normrank_keep_next_id"
+
+
+def next_id_tracking(conn: Any, t: Any, table: str, reg_schema: str, registry: str) -> None:
+    """The registry's ``next_id`` column (added where an older registry lacks it: 0 for tables
+    already registered, whose removed ids were not kept) and the statement-level trigger on
+    ``t`` that, before a ``DELETE``, ``TRUNCATE`` or ``UPDATE OF id`` (by normrank or plain SQL),
+    raises it past the largest id present, in the same transaction: so default ids, which start
+    after both it and ``max(id)``, never reuse a removed id. One b-tree lookup a statement."""
     from psycopg import sql
 
+    reg = sql.Identifier(reg_schema, registry)
     has_col = conn.execute(
         "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'next_id' AND NOT attisdropped",
-        (registry.as_string(conn),),
+        (reg.as_string(conn),),
     ).fetchone()
     if not has_col:
-        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN next_id bigint NOT NULL DEFAULT 0").format(registry))
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN next_id bigint NOT NULL DEFAULT 0").format(reg))
+    fn = sql.Identifier(reg_schema, _NEXT_ID_FN)
+    if conn.execute("SELECT to_regprocedure(%s)", (fn.as_string(conn) + "()",)).fetchone()[0] is None:
+        # One function for every table: the table comes in as TG_RELID (quoted by regclass).
+        body = (
+            "BEGIN EXECUTE format('UPDATE "
+            + reg.as_string(conn).replace("'", "''")
+            + " SET next_id = greatest(next_id, (SELECT coalesce(max(id) + 1, 0) FROM %s)) "
+            "WHERE table_oid = %s', TG_RELID::regclass, TG_RELID); RETURN NULL; END"
+        )
+        conn.execute(
+            sql.SQL("CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                fn, sql.Literal(body)
+            )
+        )
+    name = f"{table}_nr_next_id"  # at most 48 + 11 characters: within PostgreSQL's 63
+    found = conn.execute(
+        "SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s", (t.as_string(conn), name)
+    ).fetchone()
+    if not found:
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER {} BEFORE DELETE OR TRUNCATE OR UPDATE OF id ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()"
+            ).format(sql.Identifier(name), t, fn)
+        )
