@@ -112,13 +112,6 @@ def search_into(
         scores, ids = scores[:, :k], ids[:, :k]
     flat = inner if isinstance(inner, faiss.IndexFlat) else None
     if nq == 1 and flat is None:  # the latency case: one query, one alpha, no grouping
-        if (
-            alphas[0] == 0
-            and not n_removed
-            and ann != "overfetch"
-            and _cosine_one(index, inner, unit_q, k, scores, ids)
-        ):
-            return
         plan = _ann_plan(index, inner, doc_ids, base, n_removed, cache, k, float(alphas[0]),
                          factor, ann, n_tail, max_depth)  # fmt: skip
         s, pos = _ann.adaptive_search(index, unit_q, k, **plan)
@@ -143,22 +136,6 @@ def search_into(
             s, pos = _ann.adaptive_search(index, unit_q[sub], k, **plan)
             scores[sub] = s
             ids[sub] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
-
-
-def _cosine_one(
-    index: faiss.Index, inner: faiss.Index, unit_q: np.ndarray, k: int, scores: np.ndarray, ids: np.ndarray
-) -> bool:
-    """One cosine query with no removed documents in ``index``: FAISS's own top-``k`` (HNSW's beam
-    widened to ``k`` as the general path widens it), written into ``scores`` / ``ids`` (its ids
-    are the documents' ids), as :func:`normrank.search.ann.adaptive_search` returns it without the
-    id round trip. False (nothing written) where FAISS had fewer than ``k`` to give: the general
-    path pads."""
-    cos, cand = _ann._search(index, unit_q, k, ann_params(inner))
-    if cand[0, -1] < 0:
-        return False
-    scores[0] = cos[0]
-    ids[0] = cand[0]
-    return True
 
 
 class OneQuery:
@@ -190,7 +167,7 @@ class OneQuery:
             return None
         unit_q, a = one
         params = self._breadth()
-        if a == 0:  # FAISS's own answer (_cosine_one), unless removed documents may take places
+        if a == 0:  # FAISS's own answer, without the id round trip, unless removed documents may take places
             if self._n_removed:
                 return None
             cos, cand = _ann._search(self._index, unit_q, k, params)
