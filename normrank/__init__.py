@@ -12,6 +12,7 @@ from normrank.errors import (
     IndexStateError,
     InvalidInputError,
     InvalidParameterError,
+    NonConformingIndexError,
     NonFiniteError,
     NormrankError,
     SaveError,
@@ -23,6 +24,7 @@ from normrank.index.norm_index import NormIndex
 from normrank.index.state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
 from normrank.search.flat import topk
+from normrank.store.contract import IndexBackend, RecordBackend, check_backend
 
 __version__ = "0.1.0"
 
@@ -30,18 +32,22 @@ __all__ = [
     "CorruptIndexError",
     "DimensionMismatchError",
     "DuplicateIdError",
+    "IndexBackend",
     "IndexState",
     "IndexStateError",
     "InvalidInputError",
     "InvalidParameterError",
+    "NonConformingIndexError",
     "NonFiniteError",
     "NormIndex",
     "NormrankError",
+    "RecordBackend",
     "SaveError",
     "UnknownIdError",
     "UnsupportedIndexError",
     "ZeroNormError",
     "__version__",
+    "check_backend",
     "norm_weighted",
     "symmetric_score",
     "topk",

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidParameterError",
     "MissingDependencyError",
+    "NonConformingIndexError",
     "NonFiniteError",
     "NormrankError",
     "SaveError",
@@ -77,3 +78,9 @@ class UnsupportedIndexError(NormrankError, TypeError):
 
 class MissingDependencyError(NormrankError, ImportError):
     """An optional dependency is not installed; the message gives the pip command."""
+
+
+class NonConformingIndexError(UnsupportedIndexError):
+    """An object handed to a store as its index lacks a method the store calls, or takes other
+    arguments than the store passes (the message names each one; the contract is
+    :class:`normrank.IndexBackend`, docs/backends.md)."""

@@ -36,8 +36,10 @@ from normrank.validation import (
     Checked,
     as_alpha,
     as_count,
+    as_id_list,
     as_ids,
     as_k_factor,
+    as_one_id,
     as_positive_int,
     as_vectors,
     split_norms,
@@ -159,6 +161,51 @@ class QdrantNormIndex:
                 "t_hi": float(hi[-1]) if hi.size else 1.0,  # largest norm outside the high tail
             }
         return self._stats
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Every point id of the collection, int64, ascending (one scroll)."""
+        found: list[int] = []
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                self.collection, limit=4096, offset=offset, with_payload=False, with_vectors=False
+            )
+            found += [int(p.id) for p in points]
+            if offset is None:
+                return np.array(sorted(found), dtype=np.int64)
+
+    def _points(self, ids: ArrayLike, vectors: bool) -> tuple[np.ndarray, list[Any]]:
+        """The points of ``ids`` in that order (with their vectors if asked);
+        :class:`UnknownIdError` for an id not in the collection."""
+        arr = as_id_list(ids)  # the core's id parser: 3.7, '3', None, NaN, [[1]] are refused
+        got = {
+            int(p.id): p
+            for i0 in range(0, arr.size, 1024)
+            for p in self.client.retrieve(
+                self.collection,
+                [int(i) for i in arr[i0 : i0 + 1024]],
+                with_payload=[_NORM],
+                with_vectors=vectors,
+            )
+        }
+        missing = [int(i) for i in arr if int(i) not in got]
+        if missing:
+            raise UnknownIdError(f"unknown ids: {missing[:10]}")
+        return arr, [got[int(i)] for i in arr]
+
+    def norm_of(self, ids: ArrayLike) -> np.ndarray:
+        """Raw norms of ``ids`` (float32, from the points' payloads); :class:`UnknownIdError`
+        for an id not in the collection."""
+        _, points = self._points(ids, vectors=False)
+        return np.array([p.payload[_NORM] for p in points], dtype=np.float32)
+
+    def reconstruct(self, id_: int) -> np.ndarray:
+        """The raw vector of ``id_``: the stored unit vector times its norm (float32)."""
+        _, (point,) = self._points([as_one_id(id_)], vectors=True)
+        return (np.asarray(point.vector, dtype=np.float32) * np.float32(point.payload[_NORM])).astype(
+            np.float32
+        )
 
     # -- mutation -----------------------------------------------------------------------------
 

@@ -81,6 +81,7 @@ from normrank.validation import (
     as_id_list,
     as_ids,
     as_k_factor,
+    as_one_id,
     as_option,
     as_positive_int,
     as_vectors,
@@ -253,6 +254,16 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         arr = as_id_list(ids)  # the core's id parser: 3.7, '3', None, NaN, [[1]] are refused
         with self._lock:
             return self._norms[self._positions(arr)]
+
+    def reconstruct(self, id_: int) -> np.ndarray:
+        """The raw vector of ``id_``: the engine's unit vector times the mirrored norm (float32);
+        :class:`UnknownIdError` for an id not present."""
+        one = as_one_id(id_)
+        with self._lock:
+            self._check_open()
+            pos = int(self._positions(np.array([one]))[0])
+            unit = np.asarray(self._unit_vectors(np.array([one]))[0], dtype=np.float32)
+            return (unit * self._norms[pos]).astype(np.float32)
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         missing = [int(i) for i in ids if int(i) not in self._pos]

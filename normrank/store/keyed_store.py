@@ -32,6 +32,7 @@ from normrank.scoring import norm_weight
 from normrank.search.mmr import maximal_marginal_relevance
 from normrank.store import files as store_files
 from normrank.store.checks import check_alpha, check_json_value
+from normrank.store.contract import IndexBackend, check_backend
 from normrank.unit_norms import all_unit, warn_unit_norms
 from normrank.validation import as_k, as_vectors
 
@@ -102,10 +103,11 @@ class KeyedStore:
         alpha_name: what the adapter calls alpha, for messages (LlamaIndex: ``norm_alpha``).
         raw_hint: how to get raw embeddings in that framework, for the unit-norm warning.
         index: an empty index to keep the vectors in, instead of the NormIndex built at the first
-            add: anything answering to NormIndex's interface (``add(x, ids=)``, ``remove``,
-            ``search(q, k, alpha=)``, ``norm_of``, ``reconstruct``, ``ids``, ``dim``), such as
-            :class:`normrank.backends.pgvector.PgVectorNormIndex`. :meth:`save` then writes the
-            records only; :meth:`load` takes the same index back (``index=``). An index that
+            add: anything answering to :class:`normrank.store.contract.IndexBackend` (checked
+            here: :class:`~normrank.errors.NonConformingIndexError` names what is missing), such
+            as :class:`normrank.backends.pgvector.PgVectorNormIndex` or Qdrant's backends.
+            :meth:`save` then writes the records only; :meth:`load` takes the same index back
+            (``index=``). An index that
             keeps the records itself (``keeps_records``, such as
             :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`) gets every write of
             vectors and records as one call (one transaction); :meth:`from_index` reopens it.
@@ -122,7 +124,7 @@ class KeyedStore:
         dim: int | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
-        index: Any = None,
+        index: IndexBackend | None = None,
     ) -> None:
         if not isinstance(factory, str):
             raise InvalidParameterError(f"factory must be a FAISS factory string, got {factory!r}")
@@ -135,8 +137,19 @@ class KeyedStore:
         self.raw_hint = raw_hint
         self.index: Any = None  # normrank.NormIndex, created at the first add
         if index is not None:  # keys are numbered from 0: an index holding rows would clash
+            check_backend(index)
             if len(index) or (dim is not None and int(index.dim) != int(dim)):
-                reopen = " (reopen a store kept in it with KeyedStore.from_index)" if len(index) else ""
+                reopen = (
+                    (
+                        " (reopen a store kept in it with KeyedStore.from_index)"
+                        if getattr(index, "keeps_records", False)
+                        else " (a store whose vectors it holds reopens from its saved records: "
+                        "KeyedStore.load(..., index=), the adapters' load_local / from_persist_dir "
+                        "with index=)"
+                    )
+                    if len(index)
+                    else ""
+                )
                 raise InvalidParameterError(f"index= must be empty and of dim {dim}, got {index!r}{reopen}")
             self.index, self.dim = index, int(index.dim)
         self.records: dict[str, dict[str, Any]] = {}
@@ -236,6 +249,7 @@ class KeyedStore:
             raise InvalidParameterError(
                 f"from_index needs an index that keeps the records (keeps_records), got {index!r}"
             )
+        check_backend(index)
         stored = index.stored_alpha()
         if alpha is not None:
             alpha = check_alpha(alpha, alpha_name)
@@ -257,6 +271,32 @@ class KeyedStore:
         if rows:
             store.all_unit_so_far = store._warned_unit = all_unit(index.norms)
         return store
+
+    @classmethod
+    def for_index(
+        cls,
+        index: IndexBackend,
+        *,
+        check_record: Callable[[dict[str, Any]], None],
+        alpha: float | None = None,
+        alpha_name: str = "alpha",
+        raw_hint: str = "",
+    ) -> KeyedStore:
+        """The store over any conforming ``index`` (:func:`~normrank.store.contract.check_backend`),
+        what the adapters' ``from_index`` return: an index that keeps the records is reopened with
+        every record it holds (:meth:`from_index`); any other must be empty (its vectors' records
+        would be in a saved store: :meth:`load` with ``index=``). ``alpha=None`` takes the alpha
+        the index keeps (``stored_alpha()``) or has (its ``alpha`` attribute), else 0."""
+        check_backend(index)
+        if getattr(index, "keeps_records", False):
+            return cls.from_index(
+                index, check_record=check_record, alpha=alpha, alpha_name=alpha_name, raw_hint=raw_hint
+            )
+        if alpha is None:
+            alpha = getattr(index, "alpha", 0.0)
+        return cls(
+            alpha=check_alpha(alpha, alpha_name), alpha_name=alpha_name, raw_hint=raw_hint, index=index
+        )
 
     def _take(
         self,
@@ -306,12 +346,13 @@ class KeyedStore:
 
     # ------------------------------------------------------------------ searching
     def _query(self, vector: Any) -> np.ndarray:
+        """One query vector as the index takes it: a ``(1, dim)`` array (the contract's shape)."""
         q = np.asarray(vector)
         if q.ndim != 1 or q.size == 0:
             raise InvalidInputError(f"the query embedding must be one non-empty vector, got shape {q.shape}")
         if self.dim is not None and q.shape[0] != self.dim:
             raise DimensionMismatchError(f"query has dim {q.shape[0]}, the store has dim {self.dim}")
-        return q
+        return q.reshape(1, -1)
 
     def search(
         self,
@@ -487,7 +528,7 @@ class KeyedStore:
         alpha: float | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
-        index: Any = None,
+        index: IndexBackend | None = None,
     ) -> tuple[KeyedStore, dict[str, Any]]:
         """Read a :meth:`save`; every claim of the file is checked, or :class:`CorruptIndexError`.
 
@@ -549,14 +590,17 @@ class KeyedStore:
         store.next_key = next_key
         store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
         if index is not None:  # the vectors live in that index (saved with index_dir None)
+            check_backend(index)
             if store.dim is not None and store.dim != int(index.dim):
                 raise CorruptIndexError(f"{where}: dim {store.dim!r} but index= has dim {index.dim}")
             store.index, store.dim = index, int(index.dim)
         elif payload["index_dir"] is None and isinstance(external := payload.get("external_index"), dict):
             raise StoreNotFoundError(
                 f"{where}: this store keeps its vectors in a {external.get('type')} (table "
-                f"{external.get('table')!r}), not in this folder: reopen it from there (the adapters' "
-                "from_postgres(connection, table, ...)), or pass index= to load"
+                f"{external.get('table')!r}), not in this folder: pass that index to the load "
+                "(KeyedStore.load(..., index=); the adapters: load_local(..., index=) in LangChain, "
+                "from_persist_dir(..., index=) in LlamaIndex; a store kept in PostgreSQL with its "
+                "records: from_postgres(connection, table, ...))"
             )
         elif payload["index_dir"] is not None:
             from normrank.index.norm_index import NormIndex

@@ -177,7 +177,9 @@ def faiss_constructor_index(
     raise UnsupportedIndexError(
         f"index={type(index).__name__}: pass factory='<FAISS factory string>' (e.g. 'IVF256,Flat') "
         "instead; NormRankVectorStore builds its own inner-product index over unit vectors "
-        "(an empty IndexFlat* or IndexHNSWFlat is taken as it is)"
+        "(an empty IndexFlat* or IndexHNSWFlat is taken as it is); a normrank backend "
+        "(normrank.IndexBackend: NormIndex, Qdrant, PostgreSQL, your own) goes to "
+        "NormRankVectorStore.from_index(index, embedding)"
     )
 
 

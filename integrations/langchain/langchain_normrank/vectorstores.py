@@ -35,6 +35,7 @@ from langchain_normrank.filters import MetadataFilter, metadata_predicate, sql_f
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store.checks import UnsupportedOperationError, reject_unknown
+from normrank.store.contract import IndexBackend
 from normrank.store.keyed_store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
 
 __all__ = [
@@ -229,7 +230,8 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
 
     @property
     def index(self) -> Any:
-        """The underlying ``normrank.NormIndex`` (``None`` before the first add)."""
+        """The underlying ``normrank.NormIndex`` (``None`` before the first add), or the index
+        given to :meth:`from_index` / :meth:`from_postgres`."""
         return self._store.index
 
     def _document(self, sid: str) -> Document:
@@ -593,6 +595,25 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         store._store = core
         return store
 
+    @classmethod
+    def from_index(
+        cls, index: IndexBackend, embedding: Embeddings, *, alpha: float | None = None
+    ) -> NormRankVectorStore:
+        """A store keeping its vectors in ``index``: any object answering to
+        :class:`normrank.IndexBackend` (docs/backends.md): a ``NormIndex``, the Qdrant or
+        PostgreSQL backends, or your own. One that does not raises
+        :class:`~normrank.errors.NonConformingIndexError` naming what is missing.
+
+        The index must be empty, except one that keeps the records (``PgVectorRecordIndex``),
+        which is reopened with every document it holds, as :meth:`from_postgres`. ``alpha=None``
+        takes the index's own (kept) alpha where it has one, else 0. :meth:`save_local` writes
+        the documents (texts, metadata, ids) to a folder; the vectors stay in the index, and
+        ``load_local(folder, embeddings, index=the_index)`` puts the two back together."""
+        core = KeyedStore.for_index(index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT)
+        store = cls(embedding, alpha=core.alpha)
+        store._store = core
+        return store
+
     # ------------------------------------------------------------------ persistence
     @staticmethod
     def _json_path(folder: Path, index_name: str) -> Path:
@@ -620,9 +641,13 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         *,
         allow_dangerous_deserialization: bool = False,
         alpha: float | None = None,
+        index: IndexBackend | None = None,
         **kwargs: Any,
     ) -> NormRankVectorStore:
         """Load a store written by :meth:`save_local`; ``alpha`` overrides the saved default.
+
+        ``index``: the index holding the vectors of a store made by :meth:`from_index` (its
+        folder keeps the documents only; without it the load says where the vectors are).
 
         ``allow_dangerous_deserialization`` is accepted for FAISS code and changes nothing: nothing
         is ever unpickled. A folder holding a LangChain FAISS save (``<index_name>.faiss`` +
@@ -656,7 +681,7 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
             refuse_faiss_folder(folder, index_name)
         store = cls(embeddings, **options)
         store._store = KeyedStore.load(
-            path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT
+            path, _HEADER, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT, index=index
         )[0]
         return store
 

@@ -41,6 +41,7 @@ from llama_index.vector_stores.normrank._sql_filters import sql_where
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 from normrank.store import files as store_files
 from normrank.store.checks import check_json_value, reject_unknown
+from normrank.store.contract import IndexBackend
 from normrank.store.keyed_store import KeyedStore, StoreBacked, StoreNotFoundError
 
 _RAW_HINT = (
@@ -136,7 +137,8 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
 
     @property
     def client(self) -> Any:
-        """The underlying ``normrank.NormIndex`` (``None`` before the first add)."""
+        """The underlying ``normrank.NormIndex`` (``None`` before the first add), or the index
+        given to :meth:`from_index` / :meth:`from_postgres`."""
         return self._store.index
 
     @classmethod
@@ -385,13 +387,25 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
 
     @classmethod
     def from_persist_path(
-        cls, persist_path: str, fs: fsspec.AbstractFileSystem | None = None
+        cls,
+        persist_path: str,
+        fs: fsspec.AbstractFileSystem | None = None,
+        *,
+        index: IndexBackend | None = None,
     ) -> NormRankVectorStore:
-        """Load a store written by :meth:`persist` (given the path it was persisted to)."""
+        """Load a store written by :meth:`persist` (given the path it was persisted to).
+
+        ``index``: the index holding the vectors of a store made by :meth:`from_index` (its
+        files keep the nodes only; without it the load says where the vectors are)."""
         _local_only(fs)
         path = _real_path(Path(persist_path))
         core = KeyedStore.load(
-            path, _HEADER, check_record=_check_record, alpha_name="norm_alpha", raw_hint=_RAW_HINT
+            path,
+            _HEADER,
+            check_record=_check_record,
+            alpha_name="norm_alpha",
+            raw_hint=_RAW_HINT,
+            index=index,
         )[0]
         store = cls(dim=core.dim, norm_alpha=core.alpha, factory=core.factory)
         store._store = core
@@ -425,6 +439,24 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         return store
 
     @classmethod
+    def from_index(cls, index: IndexBackend, norm_alpha: float | None = None) -> NormRankVectorStore:
+        """A store keeping its vectors in ``index``: any object answering to
+        :class:`normrank.IndexBackend` (docs/backends.md): a ``NormIndex``, the Qdrant or
+        PostgreSQL backends, or your own. One that does not raises
+        :class:`~normrank.errors.NonConformingIndexError` naming what is missing.
+
+        The index must be empty, except one that keeps the records (``PgVectorRecordIndex``),
+        which is reopened with every node it holds, as :meth:`from_postgres`. ``norm_alpha=None``
+        takes the index's own (kept) alpha where it has one, else 0. :meth:`persist` writes the
+        nodes; ``from_persist_dir(d, index=the_index)`` puts them back with the vectors."""
+        core = KeyedStore.for_index(
+            index, check_record=_check_record, alpha=norm_alpha, alpha_name="norm_alpha", raw_hint=_RAW_HINT
+        )
+        store = cls(dim=core.dim, norm_alpha=core.alpha)
+        store._store = core
+        return store
+
+    @classmethod
     def from_namespaced_persist_dir(
         cls, persist_dir: str = DEFAULT_PERSIST_DIR, fs: fsspec.AbstractFileSystem | None = None
     ) -> dict[str, NormRankVectorStore]:
@@ -445,10 +477,15 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         persist_dir: str = DEFAULT_PERSIST_DIR,
         namespace: str = "default",
         fs: fsspec.AbstractFileSystem | None = None,
+        *,
+        index: IndexBackend | None = None,
     ) -> NormRankVectorStore:
-        """Load the store that ``StorageContext.persist(persist_dir)`` wrote for ``namespace``."""
+        """Load the store that ``StorageContext.persist(persist_dir)`` wrote for ``namespace``
+        (``index``: as :meth:`from_persist_path`)."""
         return cls.from_persist_path(
-            os.path.join(persist_dir, f"{namespace}{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"), fs=fs
+            os.path.join(persist_dir, f"{namespace}{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"),
+            fs=fs,
+            index=index,
         )
 
 
