@@ -500,3 +500,29 @@ def test_overwrite_killed_midway_is_put_back_at_the_next_load(tiny_st, tmp_path,
     assert enc.dim == 8
     assert read_head_config(out)["version"] == (1 if mode == "renames" else read_head_config(out)["version"])
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".head")] == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--weight-decay", "inf"), ("--lr", "inf"), ("--temperature", "nan")]
+)
+def test_non_finite_settings_say_finite_before_any_encoding(
+    tmp_path, pairs_tsv, monkeypatch, flag, value
+) -> None:
+    import normrank.train.run as run
+
+    def no_pairs(*a, **k):
+        raise AssertionError("pairs read before the settings were checked")
+
+    monkeypatch.setattr(run, "load_pair_sets", no_pairs)
+    args = [
+        "train-head",
+        str(pairs_tsv),
+        "--model",
+        "m",
+        "--weight-decay",
+        "0.1",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    r = CliRunner().invoke(app, [*args, flag, value, "--quiet"])
+    assert r.exit_code == 2 and "must be finite" in r.output, r.output

@@ -113,6 +113,7 @@ def train_head(
         weight_decay=weight_decay, lr=lr, temperature=temperature, batch_size=batch_size,
         max_epochs=max_epochs, tol=tol, patience=patience, steps_per_epoch=steps_per_epoch, seed=seed,
     )  # fmt: skip
+    cfg.check(None)  # the settings, before any pair is read or encoded
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
     sets = load_pair_sets(data, pairs, split)
     encoders: dict[str, Any] = {}
