@@ -208,3 +208,10 @@ def test_real_manuals_against_an_independent_heading_parse(name: str) -> None:
         r = m.compare(m.MANUALS[name])
     print(name, r)
     assert r["precision"] >= 0.98 and r["recall"] >= 0.9, r
+
+
+def test_a_page_nested_deeper_than_libxml2s_default_keeps_its_text(tmp_path: Path) -> None:
+    """300 levels of <div>: libxml2 used to drop everything past level 255 without a word."""
+    body = "<div>" * 300 + f"<h1>Deep</h1><h2>Part</h2><p>{S['a']}</p>" + "</div>" * 300
+    (tmp_path / "deep.html").write_text(f"<html><body>{body}</body></html>")
+    assert tree(tmp_path / "deep.html", tmp_path / "out") == {("Deep", "Part"): ["a"]}

@@ -130,7 +130,10 @@ def parse_html(text: str | bytes, path: str = "", title: str = "") -> Page:
                 text = text.decode("utf-8")
         if isinstance(text, str):
             text = _XML_DECL.sub("", text, count=1)  # lxml refuses a str with an encoding declaration
-        root = lxml.html.document_fromstring(text or "<html></html>")
+        # huge_tree: past 255 levels libxml2 otherwise drops the rest of the page without a word
+        root = lxml.html.document_fromstring(
+            text or "<html></html>", parser=lxml.html.HTMLParser(huge_tree=True)
+        )
     except (etree.ParserError, ValueError) as e:
         raise InvalidInputError(f"{path}: not parseable as HTML ({e})") from e
     doxygen_title = root.find(".//div[@class='headertitle']/div[@class='title']")  # Doxygen's page heading
