@@ -179,10 +179,11 @@ def test_valid_edge_cases_are_read_as_before(tmp_path) -> None:
     """Integer ids, numbers and nulls as text, blank lines, a qrels file without a header and
     grades written as ``2.0`` all read as BEIR's loader reads them."""
     corpus = ['{"_id": 7, "title": null, "text": 3.5}', "", '{"_id": "x", "text": "plain"}', "   "]
-    queries = ['{"_id": 1, "text": "one"}', '{"_id": "2"}']
+    # an unjudged query may lack a text (a judged one is refused: test_judged_queries_with_no_words...)
+    queries = ['{"_id": 1, "text": "one"}', '{"_id": "2", "text": 2}', '{"_id": "3"}']
     ds = load_dataset(write_folder(tmp_path, corpus=corpus, queries=queries, qrels=["1\t7\t2.0", "2\tx\t1"]))
     assert ds.doc_ids == ["7", "x"] and ds.doc_texts == ["3.5", "plain"]
-    assert ds.query_ids == ["1", "2"] and ds.query_texts == ["one", ""]
+    assert ds.query_ids == ["1", "2", "3"] and ds.query_texts == ["one", "2", ""]
     assert ds.qrels == {"1": {"7": 2}, "2": {"x": 1}}
 
 
