@@ -295,8 +295,9 @@ def validate_dataset(
     ]
     if blank:
         shown = ", ".join(map(repr, blank[:10])) + (f" and {len(blank) - 10} more" if len(blank) > 10 else "")
+        src = str(Path(ds.qrels_path).parent.parent / "queries.jsonl") if ds.qrels_path else ds.name
         raise InvalidInputError(
-            f"{ds.name}: {_plural(len(blank), 'judged query')} {'has' if len(blank) == 1 else 'have'} an empty or "
+            f"{src}: {_plural(len(blank), 'judged query')} {'has' if len(blank) == 1 else 'have'} an empty or "
             f"blank text ({shown}); give them text, or remove them from the queries and the qrels"
         )
     unknown_q = [q for q in ds.qrels if q not in queries]
