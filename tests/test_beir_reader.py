@@ -179,10 +179,11 @@ def test_valid_edge_cases_are_read_as_before(tmp_path) -> None:
     """Integer ids, numbers and nulls as text, blank lines, a qrels file without a header and
     grades written as ``2.0`` all read as BEIR's loader reads them."""
     corpus = ['{"_id": 7, "title": null, "text": 3.5}', "", '{"_id": "x", "text": "plain"}', "   "]
-    queries = ['{"_id": 1, "text": "one"}', '{"_id": "2"}']
+    # an unjudged query may lack a text (a judged one is refused: test_judged_queries_with_no_words...)
+    queries = ['{"_id": 1, "text": "one"}', '{"_id": "2", "text": 2}', '{"_id": "3"}']
     ds = load_dataset(write_folder(tmp_path, corpus=corpus, queries=queries, qrels=["1\t7\t2.0", "2\tx\t1"]))
     assert ds.doc_ids == ["7", "x"] and ds.doc_texts == ["3.5", "plain"]
-    assert ds.query_ids == ["1", "2"] and ds.query_texts == ["one", ""]
+    assert ds.query_ids == ["1", "2", "3"] and ds.query_texts == ["one", "2", ""]
     assert ds.qrels == {"1": {"7": 2}, "2": {"x": 1}}
 
 
@@ -277,3 +278,44 @@ def test_console_script_prints_no_traceback(tmp_path) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr.splitlines() == [res.stderr.strip()] and res.stderr.startswith("error: ")
     assert "corpus.jsonl:4: not valid JSON" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["device link", "fifo", "directory"])
+def test_qrels_that_are_not_a_regular_file_say_so(tmp_path, kind) -> None:
+    """qrels/test.tsv a link to /dev/null, a FIFO or a folder: named as such, not "no qrels for
+    split 'test'; available: ['test']"."""
+    import os
+
+    d = write_folder(tmp_path)
+    q = d / "qrels" / "test.tsv"
+    q.unlink()
+    if kind == "device link":
+        q.symlink_to("/dev/null")
+    elif kind == "fifo":
+        os.mkfifo(q)
+    else:
+        q.mkdir()
+    want = {"device link": "a device, FIFO or socket (a link to /dev/null)", "fifo": "a device, FIFO or socket",
+            "directory": "a directory"}[kind]  # fmt: skip
+    with pytest.raises(InvalidInputError, match=re.escape(f"test.tsv is {want}, not a regular file")):
+        load_dataset(str(d))
+    r = runner.invoke(
+        app, ["diagnose", str(d), "--model", "no-such-model", "--quiet", "--out", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 2 and "not a regular file" in r.stderr and "available" not in r.stderr, r.output
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t\n"])
+def test_judged_queries_with_no_words_are_refused_by_id(tmp_path, blank) -> None:
+    """An empty or blank judged query is refused naming its id (it used to be swept as an empty
+    string, lowering the mean NDCG with no word); an unjudged one does not matter."""
+    queries = query_lines()
+    queries[2] = json.dumps({"_id": "q2", "text": blank})
+    queries.append(json.dumps({"_id": "unjudged", "text": blank}))
+    d = write_folder(tmp_path, queries=queries)
+    with pytest.raises(InvalidInputError, match=r"1 judged query has an empty or blank text \('q2'\)"):
+        load_dataset(str(d))
+    r = runner.invoke(
+        app, ["diagnose", str(d), "--model", "no-such-model", "--quiet", "--out", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 2 and "'q2'" in r.stderr, r.output

@@ -33,7 +33,7 @@ SPHINX = f"""<!DOCTYPE html><html><head><title>json — JSON encoder — Python 
 <pre>import json  # code is left out of paragraphs entirely</pre>
 <dl class="py function"><dt>json.dump(obj, fp)</dt><dd><p>{P["dd"]}</p></dd></dl>
 <div class="admonition note"><p class="admonition-title">Note that this title is dropped</p><p>{P["note"]}</p></div>
-<table><tr><td><p>A table cell paragraph that is left out.</p></td></tr></table>
+<table class="docutils align-default"><thead><tr><th>Name</th></tr></thead><tbody><tr><td><p>A table cell paragraph that is left out.</p></td></tr></tbody></table>
 <p>{P["basic2"]}</p>
 <p>Too short.</p>
 <section id="deep"><h3>Deeper <code>things</code></h3><p>{P["deep"]}</p>

@@ -155,6 +155,17 @@ def test_not_a_directory(tmp_path):
         NormIndex.load(tmp_path)  # exists, but holds no manifest
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "norms.npy"])
+def test_a_directory_in_place_of_a_file_is_corrupt(saved, name):
+    """A directory where the manifest or a data file should be: CorruptIndexError (as
+    docs/guarantees.md says), not IsADirectoryError."""
+    target = saved / name if name == "manifest.json" else _gen(saved) / name
+    target.unlink()
+    target.mkdir()
+    with pytest.raises(CorruptIndexError, match=f"{name} is not a regular file"):
+        NormIndex.load(saved)
+
+
 def test_no_pickle_on_disk(saved):
     """Every .npy file is a plain numeric array that numpy can read without pickle."""
     for p in _gen(saved).glob("*.npy"):

@@ -307,6 +307,9 @@ def test_sigkill_during_add_keeps_every_acknowledged_point(tmp_path, seed):
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
+    # Acks printed while this side slept (a busy machine may let several adds finish): the last
+    # one the child printed is what counts, whatever the timing.
+    acked = max([acked, *(int(line) for line in child.stdout.read().split())])
     assert acked >= 3
     ei = QdrantEdgeNormIndex(path)
     batches = len(ei) // 3000

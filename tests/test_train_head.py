@@ -413,3 +413,116 @@ def test_bad_inputs_are_typed_errors(tiny_st, tmp_path) -> None:
         load_encoder(bad)
     with pytest.raises(ModelNotFoundError):
         load_encoder("normrank-head:" + str(tmp_path / "missing"))
+
+
+# ------------------------------------------------------------------------------- output folders
+def test_out_under_a_file_is_refused_before_training(tiny_st, pairs_tsv, tmp_path, monkeypatch) -> None:
+    """``--out ff/sub`` with ``ff`` a file: refused before the pairs are even read (it used to train,
+    then fail to save with FileExistsError)."""
+    import normrank.train.run as run
+
+    (tmp_path / "ff").write_text("x")
+
+    def no_training(*a, **k):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(run, "load_pair_sets", no_training)
+    for out in (tmp_path / "ff" / "sub", tmp_path / "ff" / "a" / "b"):
+        with pytest.raises(InvalidInputError, match="is a file, so no folder can be made under it"):
+            train_head([str(pairs_tsv)], str(tiny_st), 0.1, out, progress=False)
+    args = ["train-head", str(pairs_tsv), "--model", str(tiny_st), "--weight-decay", "0.1", "--quiet"]
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "ff" / "sub")])
+    assert r.exit_code == 2 and "is a file" in r.output
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+from pathlib import Path
+import torch
+from normrank.train.loop import TrainConfig, TrainResult
+from normrank.train.run import save_head_folder
+
+out, base, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+meta = {"format": 1, "kind": "normrank-head", "base": base, "variant": "linear", "in_dim": 32,
+        "out_dim": 8, "bias": False, "block": None, "version": 2}
+res = TrainResult(TrainConfig(weight_decay=0.1), initial_norm=1.0, initial_weight_norm=1.0)
+try:
+    import normrank.encoders.head_folder as hf
+except ImportError:  # the old code: only the two renames
+    hf = None
+real_replace = os.replace
+if mode == "renames":  # SIGKILL right after the old folder is renamed away
+    if hf is not None:
+        hf.exchange = lambda a, b: False
+    def replace(a, b):
+        real_replace(a, b)
+        if Path(b).name.startswith(f".{out.name}.old-"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = replace
+else:  # SIGKILL right after the exchange (where the filesystem has one)
+    real_exchange = hf.exchange
+    def exchange(a, b):
+        real_exchange(a, b)
+        os.kill(os.getpid(), signal.SIGKILL)
+    hf.exchange = exchange
+save_head_folder(out, meta, torch.nn.Linear(32, 8, bias=False), None, res, base, overwrite=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["renames", "exchange"])
+def test_overwrite_killed_midway_is_put_back_at_the_next_load(tiny_st, tmp_path, mode) -> None:
+    """A SIGKILL inside ``--overwrite``'s replace: after the old folder is renamed away (the
+    fallback where the filesystem has no RENAME_EXCHANGE), or right after the exchange. The next
+    load finds the folder whole (the old head put back, said in a warning) and no leftovers."""
+    import subprocess
+    import sys
+
+    from normrank.encoders.head import read_head_config
+    from normrank.train.loop import TrainResult
+
+    if mode == "exchange":
+        pytest.importorskip("normrank.encoders.head_folder")
+    out = tmp_path / "head"
+    meta = {"format": 1, "kind": "normrank-head", "base": str(tiny_st), "variant": "linear", "in_dim": 32,
+            "out_dim": 8, "bias": False, "block": None, "version": 1}  # fmt: skip
+    res = TrainResult(TrainConfig(weight_decay=0.1), initial_norm=1.0, initial_weight_norm=1.0)
+    save_head_folder(out, meta, torch.nn.Linear(32, 8, bias=False), None, res, str(tiny_st), overwrite=False)
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_SAVE, str(out), str(tiny_st), mode], capture_output=True
+    )
+    assert child.returncode == -9, child.stderr.decode()[-2000:]
+    if mode == "renames":
+        assert not out.exists()  # what the kill leaves: the head is in .head.old-PID
+    else:
+        assert read_head_config(out)["version"] in (1, 2)  # never absent
+    with pytest.warns(UserWarning, match="interrupted"):
+        enc = load_encoder(out)
+    assert enc.dim == 8
+    assert read_head_config(out)["version"] == (1 if mode == "renames" else read_head_config(out)["version"])
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".head")] == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--weight-decay", "inf"), ("--lr", "inf"), ("--temperature", "nan")]
+)
+def test_non_finite_settings_say_finite_before_any_encoding(
+    tmp_path, pairs_tsv, monkeypatch, flag, value
+) -> None:
+    import normrank.train.run as run
+
+    def no_pairs(*a, **k):
+        raise AssertionError("pairs read before the settings were checked")
+
+    monkeypatch.setattr(run, "load_pair_sets", no_pairs)
+    args = [
+        "train-head",
+        str(pairs_tsv),
+        "--model",
+        "m",
+        "--weight-decay",
+        "0.1",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    r = CliRunner().invoke(app, [*args, flag, value, "--quiet"])
+    assert r.exit_code == 2 and "must be finite" in r.output, r.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import typer
@@ -39,11 +40,16 @@ def build_command(
     from normrank.cli.sweep import user_errors
     from normrank.corpus.depthset import build_depthset
 
-    with user_errors():  # a NormrankError: one plain "error:" line (no markup: ids hold brackets), exit 2
+    with user_errors(), warnings.catch_warnings():  # an error: one plain "error:" line, exit 2
+        warnings.simplefilter("ignore")  # the skipped files are listed below, from the stats
         st = build_depthset(
             sources, out, fmt=fmt, qrels=qrels, max_pages=max_pages, seed=seed, min_words=min_words,
             show_progress=not quiet,
         )  # fmt: skip
+    for why in st.unreadable:
+        typer.echo(f"warning: skipped {why}", err=True)
+    for rel in st.not_utf8:
+        typer.echo(f"warning: {rel}: not UTF-8; read as Windows-1252 (Latin-1)", err=True)
     depths = ", ".join(f"{b}: {n}" for b, n in st.queries_per_depth.items())
     skipped = ", ".join(f"{n} {why}" for why, n in st.pages_skipped.items()) or "none"
     print(

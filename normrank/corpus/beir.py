@@ -266,7 +266,8 @@ def validate_dataset(
 ) -> None:
     """Refuse a collection that cannot be evaluated; warn where part of the judgements is unused.
 
-    Errors: repeated document or query ids, no qrels query id among the queries, no judged
+    Errors: repeated document or query ids, judged queries with an empty or blank text, no qrels
+    query id among the queries, no judged
     document in the corpus, no relevant (grade >= 1) document in the corpus. Warnings: some qrels
     query ids not among the queries (not evaluated), some judged documents not in the corpus
     (each counted as a relevant document never retrieved, as ranx counts it).
@@ -287,6 +288,18 @@ def validate_dataset(
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise DuplicateIdError(f"{ds.name}: duplicate {kind} id {dup!r}")
     queries, docs = set(ds.query_ids), set(ds.doc_ids)
+    # A judged query with no words cannot be encoded into a query: refused, not swept as an empty
+    # string (that drags the mean) nor dropped (that changes the denominator against published numbers).
+    blank = [
+        q for q, t in zip(ds.query_ids, ds.query_texts, strict=True) if not str(t).strip() and q in ds.qrels
+    ]
+    if blank:
+        shown = ", ".join(map(repr, blank[:10])) + (f" and {len(blank) - 10} more" if len(blank) > 10 else "")
+        src = str(Path(ds.qrels_path).parent.parent / "queries.jsonl") if ds.qrels_path else ds.name
+        raise InvalidInputError(
+            f"{src}: {_plural(len(blank), 'judged query')} {'has' if len(blank) == 1 else 'have'} an empty or "
+            f"blank text ({shown}); give them text, or remove them from the queries and the qrels"
+        )
     unknown_q = [q for q in ds.qrels if q not in queries]
     if unknown_q:
         q0 = unknown_q[0]
@@ -330,6 +343,14 @@ def available_splits(folder: str | Path) -> list[str]:
     return sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
 
 
+def _not_a_file(path: Path) -> None:
+    """A path that exists (through its links) but is no regular file: say so, not "missing"."""
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "a device, FIFO or socket"
+        link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+        raise InvalidInputError(f"{path} is {kind}{link}, not a regular file")
+
+
 def load_beir_folder(folder: str | Path, split: str = "test", name: str | None = None) -> Dataset:
     """Read a BEIR-layout folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
 
@@ -343,9 +364,11 @@ def load_beir_folder(folder: str | Path, split: str = "test", name: str | None =
     """
     folder = Path(folder)
     for needed in ("corpus.jsonl", "queries.jsonl"):
+        _not_a_file(folder / needed)
         if not (folder / needed).is_file():
             raise DatasetNotFoundError(f"{folder} is not a BEIR folder: {needed} is missing")
     qrels_path = folder / "qrels" / f"{split}.tsv"
+    _not_a_file(qrels_path)
     if not qrels_path.is_file():
         raise DatasetNotFoundError(
             f"{folder}: no qrels for split {split!r}; available: {available_splits(folder) or 'none'}"

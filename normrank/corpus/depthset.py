@@ -10,17 +10,26 @@ reads, with no human labels.
 Rules (also written into ``depthset.json`` beside the collection):
 
 - **Left out**: ``script``, ``style``, ``nav``, ``header``, ``footer``, ``aside``, ``form``,
-  tables (``table``; TREC CAR's paragraphs are prose) and code blocks (``pre``); elements with a
+  data tables (a header cell, a caption, or DocBook's / Sphinx's / Doxygen's table classes; TREC
+  CAR's paragraphs are prose) and code blocks (``pre``); elements with a
   navigation/banner/contentinfo/search role; Sphinx's sidebar, related bar, local table of
-  contents (``div.contents``, ``toctree-wrapper``), header links (``¶``), admonition titles and
-  rubrics; DocBook's ``navheader``/``navfooter``, ``div.toc`` and lists of tables, figures and
-  examples, captions (``p.title``) and admonition headings ("Note").
-- **Paragraph**: the text of a ``<p>`` element (Markdown paragraphs are ``<p>`` once rendered),
-  whitespace collapsed; fewer than ``min_words`` words is an empty block and left out.
-- **Headings**: ``h1``..``h6``; leading section numbers ("9.4.1.") are dropped. The page is the
+  contents (``div.contents.topic``, ``toctree-wrapper``), header links (``¶``), admonition titles
+  and rubrics; DocBook's ``navheader``/``navfooter``, ``div.toc`` and lists of tables, figures and
+  examples, captions (``p.title``) and admonition headings ("Note"); Texinfo's navigation header,
+  menus and table of contents; AsciiDoc's ``#footer`` / ``#toc``; Doxygen's member lists.
+- **Paragraph**: a text block, whitespace collapsed: the text between two block boundaries (any
+  element but an inline one like ``a``, ``code``, ``em``, ``span``), so ``<p>``, ``<div
+  class="para">``, ``<li>``, ``<dd>`` or a layout table's ``<td>`` holding prose is a paragraph,
+  and nested blocks are read once. Fewer than ``min_words`` words is an empty block, left out.
+  Files that are binary or unreadable are skipped and listed (``unreadable``); Markdown that is
+  not UTF-8 is read as Windows-1252 / Latin-1 and listed (``not_utf8``).
+- **Headings**: ``h1``..``h6``; leading section numbers are dropped, as manuals print them
+  ("9.4.1. ", "9. ", "A.2. ", "IV. ", and Texinfo's "3.2.1 "), never a word ("A Guide", "C API",
+  "2024 roadmap"). The page is the
   root (depth 1): its title is the page's only top-level heading when that heading comes first,
   else the HTML ``<title>`` / Markdown front-matter ``title`` / file name, and then every heading
-  of the page sits below it. Depth is the length of the heading path, so a skipped level (h1 then
+  of the page sits below it (Doxygen's page title heads its page). Depth is the length of the
+  heading path, so a skipped level (h1 then
   h3) does not make a deeper query. Paragraphs under a heading with no text are left out.
 - **Duplicates**, as TREC CAR's paragraph corpus: a paragraph's id is the SHA-1 of its
   whitespace-collapsed, case-folded text, so a paragraph that occurs several times is one
@@ -33,12 +42,11 @@ Rules (also written into ``depthset.json`` beside the collection):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import re
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +55,7 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from normrank.corpus.pages import Page, clean, parse_html, parse_markdown
 from normrank.errors import InvalidInputError, InvalidParameterError, MissingDependencyError
 
 __all__ = [
@@ -68,35 +77,9 @@ HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown", ".mkd")
 MANIFEST = "depthset.json"
 
-_DROP_TAGS = ("script", "style", "nav", "header", "footer", "aside", "form", "noscript", "template", "svg",
-              "table", "pre", "head")  # fmt: skip
-_DROP_ROLES = ("navigation", "banner", "contentinfo", "search")
-_DROP_CLASSES = (
-    # Sphinx
-    "sphinxsidebar", "related", "footer", "header", "headerlink", "toctree-wrapper", "contents",
-    "admonition-title", "rubric", "mobile-nav", "breadcrumbs", "wy-nav-side", "rst-footer-buttons",
-    # DocBook
-    "navheader", "navfooter", "toc", "list-of-tables", "list-of-figures", "list-of-examples", "lot",
-)  # fmt: skip
-_ADMONITIONS = ("note", "tip", "warning", "caution", "important", "admonition", "seealso", "attention")
-_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-_NUMBERING = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.?\s+(?=\S)")
-_XML_DECL = re.compile(r"\A\s*<\?xml[^>]*\?>")
-_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n(?:---|\.\.\.)\s*\n", re.S)
-
 
 class DepthSetError(InvalidInputError):
     """A source yields no depth set: no pages, no headings or no paragraphs (the message says why)."""
-
-
-@dataclass
-class Page:
-    """One parsed page: its title hint and its blocks in document order, ``("h", level, text)`` or
-    ``("p", 0, text)``."""
-
-    path: str
-    title_hint: str
-    blocks: list[tuple[str, int, str]]
 
 
 @dataclass
@@ -113,6 +96,8 @@ class DepthSetStats:
     queries_per_depth: dict[str, int] = field(default_factory=dict)
     qrels: int = 0
     seconds: float = 0.0
+    not_utf8: list[str] = field(default_factory=list)  # Markdown files read as Windows-1252
+    unreadable: list[str] = field(default_factory=list)  # skipped files, each with its reason
 
     def skip(self, reason: str) -> None:
         self.pages_skipped[reason] = self.pages_skipped.get(reason, 0) + 1
@@ -122,88 +107,6 @@ class DepthSetStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _clean(text: str) -> str:
-    return " ".join(text.replace("\u00b6", " ").split())
-
-
-def _heading_text(text: str) -> str:
-    return _NUMBERING.sub("", _clean(text)).strip(" #:")
-
-
-def _classes(el: Any) -> set[str]:
-    return set((el.get("class") or "").split())
-
-
-def parse_html(text: str | bytes, path: str = "", title: str = "") -> Page:
-    """Parse one HTML page (text, or bytes whose encoding the page declares) into its headings and
-    paragraphs (module docstring: the rules)."""
-    try:
-        import lxml.html
-        from lxml import etree
-    except ImportError as e:
-        raise MissingDependencyError("HTML sources need lxml: pip install 'normrank[depth]'") from e
-
-    try:
-        if isinstance(text, bytes):
-            # UTF-8 first: lxml reads undeclared bytes as Latin-1, and most pages are UTF-8; else the
-            # bytes go to lxml, which honours the page's declared encoding
-            with contextlib.suppress(UnicodeDecodeError):
-                text = text.decode("utf-8")
-        if isinstance(text, str):
-            text = _XML_DECL.sub("", text, count=1)  # lxml refuses a str with an encoding declaration
-        root = lxml.html.document_fromstring(text or "<html></html>")
-    except (etree.ParserError, ValueError) as e:
-        raise InvalidInputError(f"{path}: not parseable as HTML ({e})") from e
-    hint = title or _clean(root.findtext(".//title") or "") or Path(path).stem
-    doomed = []
-    for el in root.iter():
-        if not isinstance(el.tag, str):  # comments, processing instructions
-            doomed.append(el)
-            continue
-        cls = _classes(el)
-        if (
-            el.tag in _DROP_TAGS
-            or el.get("role") in _DROP_ROLES
-            or cls & set(_DROP_CLASSES)
-            or (el.tag == "p" and "title" in cls)  # DocBook captions
-            or (el.tag in _HEADINGS and el.getparent() is not None and _classes(el.getparent()) & set(_ADMONITIONS))
-        ):  # fmt: skip
-            doomed.append(el)
-    for el in doomed:
-        if el.getparent() is None:
-            continue
-        # drop_tree keeps the element's tail text (it belongs to the parent)
-        el.drop_tree() if hasattr(el, "drop_tree") else el.getparent().remove(el)
-    body = root.find("body")
-    blocks: list[tuple[str, int, str]] = []
-    for el in (body if body is not None else root).iter(*_HEADINGS, "p"):
-        if el.tag == "p":
-            blocks.append(("p", 0, _clean(el.text_content())))
-        else:
-            blocks.append(("h", int(el.tag[1]), _heading_text(el.text_content())))
-    return Page(path, hint, blocks)
-
-
-def parse_markdown(text: str, path: str = "") -> Page:
-    """Parse one Markdown page (CommonMark + tables, raw HTML kept) into headings and paragraphs:
-    rendered to HTML by markdown-it-py, then read by :func:`parse_html`."""
-    try:
-        from markdown_it import MarkdownIt
-    except ImportError as e:
-        raise MissingDependencyError(
-            "Markdown sources need markdown-it-py: pip install 'normrank[depth]'"
-        ) from e
-    title = ""
-    m = _FRONT_MATTER.match(text)
-    if m:
-        for line in m.group(1).splitlines():
-            if line.lower().startswith("title:"):
-                title = line.split(":", 1)[1].strip().strip("'\"")
-        text = text[m.end() :]
-    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
-    return parse_html(f"<html><body>{html}</body></html>", path, title or Path(path).stem)
 
 
 def query_id(path: Sequence[str]) -> str:
@@ -264,10 +167,38 @@ def _files(source: Path, fmt: str) -> list[tuple[Path, str]]:
     return [(p, k) for p, k in found if k is not None]
 
 
-def _read_page(path: Path, kind: str, rel: str) -> Page:
-    if kind == "markdown":
-        return parse_markdown(path.read_text(encoding="utf-8", errors="replace"), rel)
-    return parse_html(path.read_bytes(), rel)
+def _read_page(path: Path, kind: str, rel: str, stats: DepthSetStats) -> Page | None:
+    """The page, or None (skipped, with the file and the reason in ``stats.unreadable`` and a
+    warning): one unreadable or binary file does not end the build."""
+    try:
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:  # text formats hold no NUL; images, archives and the like do
+            raise InvalidInputError(f"{rel}: a binary file, not {kind} text")
+        if kind == "html":
+            return parse_html(data, rel)
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            # Markdown declares no encoding: the other one in use is Windows-1252 / Latin-1 (every
+            # byte is a character there), said in the stats and a warning rather than U+FFFD
+            text = data.decode("cp1252", errors="strict") if _cp1252_ok(data) else data.decode("latin-1")
+            stats.not_utf8.append(rel)
+            warnings.warn(f"{rel}: not UTF-8; read as Windows-1252 (Latin-1)", UnicodeWarning, stacklevel=3)
+        return parse_markdown(text, rel)
+    except (OSError, InvalidInputError) as e:
+        why = str(e) if isinstance(e, InvalidInputError) else f"{rel}: unreadable ({e.strerror or e})"
+        stats.skip("unreadable")
+        stats.unreadable.append(why)
+        warnings.warn(f"skipped {why}", UserWarning, stacklevel=3)
+        return None
+
+
+def _cp1252_ok(data: bytes) -> bool:
+    try:
+        data.decode("cp1252")
+        return True
+    except UnicodeDecodeError:  # the five bytes Windows-1252 leaves undefined
+        return False
 
 
 @dataclass
@@ -328,7 +259,7 @@ def _car(dataset_id: str, mode: str, stats: DepthSetStats) -> _Collection:
     by_id = {q: tuple(p) for q, p in queries.items()}
     for q, d in judged:
         if d in docs and q in by_id:
-            text = _clean(str(docs[d].text))
+            text = clean(str(docs[d].text))
             targets = (
                 [by_id[q]] if mode == "hierarchical" else [by_id[q][:i] for i in range(1, len(by_id[q]) + 1)]
             )
@@ -353,6 +284,9 @@ def _write_atomic(path: Path, lines: Iterable[str]) -> None:
 def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"--out {out} is a file; pass a folder")
+    above = next((p for p in out.absolute().parents if p.exists()), None)  # up front, not after reading
+    if above is not None and not above.is_dir():
+        raise InvalidInputError(f"--out {out}: {above} is a file, so no folder can be made under it")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise InvalidInputError(
             f"--out {out} is a non-empty folder that is not a depth set (no {MANIFEST}); pass an empty or new folder"
@@ -433,8 +367,10 @@ def build_depthset(
         for f, kind, rel in _sample(files, max_pages, seed):
             if max_pages is not None and len(pages) >= max_pages:
                 break
-            page = _read_page(f, kind, rel)
-            if not any(b[0] == "h" for b in page.blocks):
+            page = _read_page(f, kind, rel, stats)
+            if page is None:
+                pass
+            elif not any(b[0] == "h" for b in page.blocks):
                 stats.skip("no headings")
             else:
                 seen_headings = True
@@ -448,8 +384,8 @@ def build_depthset(
                 bar.advance(task)
     if files and not seen_headings:
         raise DepthSetError(
-            f"{', '.join(map(str, sources))}: no headings (h1-h6 / # lines) in {len(files)} page(s); "
-            "a depth set needs a heading tree"
+            f"{', '.join(map(str, sources))}: no headings (h1-h6 / # lines) in {len(files)} page(s)"
+            f"{f' ({len(stats.unreadable)} unreadable)' if stats.unreadable else ''}; a depth set needs a heading tree"
         )
     if files and not pages:
         raise DepthSetError(

@@ -61,6 +61,10 @@ def load_encoder(name_or_path: str | Path, kind: str = "auto", **options: Any) -
             ship weights offline).
         MissingDependencyError: the model family's library is not installed.
     """
+    if isinstance(name_or_path, str | Path):  # a head folder an interrupted --overwrite left aside
+        from normrank.encoders.head_folder import recover_folder
+
+        recover_folder(Path(name_or_path).expanduser())
     kind, name, path, local, device = resolve_spec(name_or_path, kind, options)
     if kind == "normrank-head":
         from normrank.encoders.head import load_head_encoder

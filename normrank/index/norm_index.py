@@ -5,7 +5,6 @@ Specificity in Contrastive Embedding Norms", §4.3, §5.3)."""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -16,6 +15,7 @@ from numpy.typing import ArrayLike
 import normrank.validation as check
 from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
 from normrank.index.doc_table import DocTable
+from normrank.index.fair_lock import FairLock
 from normrank.index.knobs import SearchKnobs
 from normrank.index.persistence import load_state, save_state
 from normrank.index.state import IndexState, check_state
@@ -77,7 +77,7 @@ class NormIndex(SearchKnobs):
         index, factory = new_faiss_index(dim, factory)
         set_breadth(inner_index(index), breadth_knobs(inner_index(index), nprobe, ef_search))
         self.device = _checked_device(device)
-        self._lock = threading.RLock()
+        self._lock = FairLock()  # first come, first served: writers cannot starve searches
         options = {"ann": ann, "n_tail": n_tail, "max_depth": max_depth, "factory": factory}
         self._install(IndexState.empty(with_ids(index), alpha=alpha, k_factor=k_factor, **options))
 
@@ -86,7 +86,7 @@ class NormIndex(SearchKnobs):
         """An index holding ``state`` (from :meth:`to_state` or persistence), its FAISS index used
         as is; a state no index can be in raises (:func:`normrank.index.state.check_state`)."""
         out = cls.__new__(cls)
-        out._lock = threading.RLock()
+        out._lock = FairLock()
         out.device = _checked_device(device)
         out._install(state)
         return out

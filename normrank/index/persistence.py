@@ -250,10 +250,11 @@ def _read_regular(dir_fd: int, name: str, expected_size: int | None, limit: int 
         raise CorruptIndexError(
             f"{name} cannot be opened as a regular file (symlinks are not followed): {e}"
         ) from e
+    st = os.fstat(fd)  # of what was opened, so nothing can be swapped in between
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory (IsADirectoryError)
+        os.close(fd)
+        raise CorruptIndexError(f"{name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())  # of what was opened, so nothing can be swapped in between
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptIndexError(f"{name} is not a regular file")
         if expected_size is not None and st.st_size != expected_size:
             raise CorruptIndexError(
                 f"{name} has {st.st_size} bytes, the manifest says {expected_size} (truncated?)"

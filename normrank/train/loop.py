@@ -53,22 +53,27 @@ class TrainConfig:
     mask_duplicates: bool = True
     seed: int = 0
 
-    def check(self, n_pairs: int) -> None:
-        """Raise InvalidParameterError for a value no run can use."""
+    def check(self, n_pairs: int | None) -> None:
+        """Raise InvalidParameterError for a value no run can use (None: before the pairs are known)."""
         bad = []
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            bad.append(f"weight_decay must be >= 0, got {self.weight_decay}")
+            bad.append(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
         if not (math.isfinite(self.lr) and self.lr > 0):
-            bad.append(f"lr must be > 0, got {self.lr}")
+            bad.append(f"lr must be finite and > 0, got {self.lr}")
         if self.lr * self.weight_decay >= 1:
             bad.append(
                 f"lr * weight_decay must be < 1 (the decay factor 1 - lr*lambda), got {self.lr * self.weight_decay}"
             )
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            bad.append(f"temperature must be > 0, got {self.temperature}")
-        if not 2 <= self.batch_size <= n_pairs:
+            bad.append(f"temperature must be finite and > 0, got {self.temperature}")
+        if n_pairs is not None and not 2 <= self.batch_size <= n_pairs:
             bad.append(f"batch_size must be in [2, {n_pairs}] (the number of pairs), got {self.batch_size}")
-        if self.max_epochs < 1 or self.patience < 1 or self.checks_per_epoch < 1 or not self.tol > 0:
+        if (
+            self.max_epochs < 1
+            or self.patience < 1
+            or self.checks_per_epoch < 1
+            or not 0 < self.tol < math.inf
+        ):
             bad.append("max_epochs, patience and checks_per_epoch must be >= 1 and tol > 0")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             bad.append(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")

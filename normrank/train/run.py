@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from normrank.encoders.head import HEAD_CONFIG, HEAD_FORMAT, HEAD_KIND, HEAD_WEIGHTS
+from normrank.encoders.head_folder import recover_folder, replace_folder
 from normrank.errors import InvalidInputError, InvalidParameterError, SaveError
 from normrank.train.loop import TrainConfig, TrainResult, fit
 from normrank.train.pairs import PairSet, cache_model_key, load_pair_sets, side_features
@@ -112,6 +113,7 @@ def train_head(
         weight_decay=weight_decay, lr=lr, temperature=temperature, batch_size=batch_size,
         max_epochs=max_epochs, tol=tol, patience=patience, steps_per_epoch=steps_per_epoch, seed=seed,
     )  # fmt: skip
+    cfg.check(None)  # the settings, before any pair is read or encoded
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
     sets = load_pair_sets(data, pairs, split)
     encoders: dict[str, Any] = {}
@@ -166,6 +168,14 @@ def train_head(
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that cannot be written before any training (and put back a head an
+    interrupted --overwrite left aside)."""
+    above = next((p for p in out.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise InvalidInputError(f"--out {out}: {above} is a file, so no folder can be made under it")
+    if above is not None and not os.access(above, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"--out {out}: {above} is not writable")
+    recover_folder(out)
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / HEAD_CONFIG).is_file())):
         raise InvalidInputError(f"{out} exists and is not a trained-head folder: choose another --out")
     if out.is_dir() and (out / HEAD_CONFIG).is_file() and not overwrite:
@@ -214,13 +224,7 @@ def save_head_folder(
         tok = _tokenizer_json(model)
         if tok is not None:  # so the sweep's length control counts the base's tokens
             shutil.copyfile(tok, tmp / "tokenizer.json")
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_folder(tmp, out)  # never leaves `out` absent, or recover_folder restores it
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SaveError(f"could not write {out}: {e}") from e

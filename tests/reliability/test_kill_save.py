@@ -122,10 +122,11 @@ def test_kill_during_save_over_existing(tmp_path):
     _run_child("save", path, seeds[0], marker, None)  # the existing save
     current = seeds[0]
     t = Tally(save_seconds=[float(marker.read_text())])
-    for _ in range(KILLS):
+    while t.kills < KILLS or (not t.mid_save and t.kills < 10 * KILLS):  # until a save was interrupted
         target = seeds[1] if current == seeds[0] else seeds[0]
-        # Up to 1.3x the measured save time after "saving": mostly mid-write, some after commit.
-        delay = rng.uniform(0, 1.3 * max(t.save_seconds))
+        # Up to 1.3x the measured save time after "saving": mostly mid-write, some after commit;
+        # on a busy machine every one may land after the commit: then at once, until one is mid-save.
+        delay = rng.uniform(0, 1.3 * max(t.save_seconds)) if t.kills < KILLS else 0.0
         killed_mid = _run_child("save", path, target, marker, delay)
         t.kills += 1
         t.mid_save += killed_mid
@@ -136,7 +137,7 @@ def test_kill_during_save_over_existing(tmp_path):
         t.found_new += found == "new"
         current = target if found == "new" else current
     _report("save", t)
-    assert t.kills == KILLS
+    assert t.kills >= KILLS
     assert t.mid_save >= 1  # the test really interrupted saves
 
 
@@ -147,12 +148,12 @@ def test_kill_during_remove_and_save(tmp_path):
     _run_child("save", path, 3, marker, None)
     ids, norms, alpha = _version(3)
     t = Tally(save_seconds=[float(marker.read_text())])
-    for trial in range(KILLS):
-        seed = 1000 + trial
+    while t.kills < KILLS or (not t.mid_save and t.kills < 10 * KILLS):  # until a save was interrupted
+        seed = 1000 + t.kills
         drop = np.random.default_rng(seed).choice(ids, size=max(1, len(ids) // 50), replace=False)
         keep = ~np.isin(ids, drop)
         after = (ids[keep], norms[keep], alpha)
-        delay = rng.uniform(0, 1.3 * max(t.save_seconds))
+        delay = rng.uniform(0, 1.3 * max(t.save_seconds)) if t.kills < KILLS else 0.0
         killed_mid = _run_child("remove", path, seed, marker, delay)
         t.kills += 1
         t.mid_save += killed_mid
@@ -162,7 +163,7 @@ def test_kill_during_remove_and_save(tmp_path):
         if found == "new":
             ids, norms = after[0], after[1]
     _report("remove+save", t)
-    assert t.kills == KILLS
+    assert t.kills >= KILLS
     assert t.mid_save >= 1
     # One save that completes removes the debris of every interrupted one.
     _run_child("remove", path, 99, marker, None)
