@@ -484,11 +484,45 @@ def test_documented_migration_of_an_existing_table(uri, table):
     for a in (-1.0, 0.5):
         assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
     assert rows_of(uri, f"SELECT content FROM {table} WHERE id = 5") == [("doc 5",)]
-    # The trigger of the migration keeps rows the application inserts itself in shape.
+    # The trigger of the migration keeps rows the application writes itself in shape.
     v = np.array([3.0, 0, 0, 0, 4.0, 0, 0, 0], np.float32)
     rows_of(uri, f"INSERT INTO {table} (id, content, embedding) VALUES (9000, 'new', %s::vector)", v.tolist())
     np.testing.assert_allclose(idx.norm_of([9000]), [5.0])
     np.testing.assert_allclose(idx.reconstruct(9000), v, rtol=1e-6)
+    raw = {i: x[i] for i in range(700)} | {9000: v}
+    _writes_as_an_application_does(uri, table, idx, raw, q)
+
+
+def _writes_as_an_application_does(uri: str, table: str, idx, raw: dict, q: np.ndarray) -> None:
+    """Rows written back unchanged (``SET embedding = embedding``, an ORM's full-row save of what
+    it read, as text) keep their norm; a new raw embedding, or one with ``norm = NULL``, is split;
+    after each, every row's raw vector and a search equal numpy on the raw vectors."""
+    read = rows_of(uri, f"SELECT id, content, embedding::text, norm, weight FROM {table} WHERE id IN (7, 8)")
+    writes = [
+        (f"UPDATE {table} SET embedding = embedding WHERE id = 6", (), {}),
+        *[
+            (f"UPDATE {table} SET content = %s, embedding = %s::vector, norm = %s, weight = %s WHERE id = %s",
+             (c, e, nm, w, i), {})
+            for i, c, e, nm, w in read
+        ],
+        (f"UPDATE {table} SET embedding = embedding, norm = norm", (), {}),  # every row at once
+    ]  # fmt: skip
+    new = np.array([0, 0, 0.6, 0, 0, 0.8, 0, 0], np.float32)  # a new raw vector of length 1
+    writes += [
+        (f"UPDATE {table} SET embedding = %s::vector WHERE id = 9", ((raw[9] * 7).tolist(),), {9: raw[9] * 7}),
+        (f"UPDATE {table} SET embedding = %s::vector WHERE id = 10", (new.tolist(),), {10: new}),
+        (f"UPDATE {table} SET embedding = %s::vector, norm = NULL WHERE id = 11", ((raw[11] * 0.5).tolist(),),
+         {11: raw[11] * 0.5}),
+    ]  # fmt: skip
+    ids = np.array(sorted(raw))
+    for statement, args, effect in writes:
+        rows_of(uri, statement, *args)
+        raw.update(effect)
+        x = np.stack([raw[i] for i in ids])
+        np.testing.assert_allclose(idx.norm_of(ids), np.linalg.norm(x, axis=1), rtol=2e-6, err_msg=statement)
+        assert_same_topk(exact_ref(x, ids).search(q, 10, alpha=-1.0), idx.search(q, 10, alpha=-1.0))
+    for i in (6, 7, 9, 10, 11):
+        np.testing.assert_allclose(idx.reconstruct(i), raw[i], rtol=1e-5, atol=1e-6)
 
 
 # -- the client-side band: its copy of the table against other writers ----------------------------
