@@ -240,6 +240,7 @@ class PgVectorNormIndex(Searches):
                         "custom_weights boolean NOT NULL DEFAULT false, format int NOT NULL)"
                     ).format(self._reg)
                 )
+                S.check_registry(conn, self._reg)
                 reg_schema = conn.execute(
                     "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE c.oid = to_regclass(%s)",

@@ -347,6 +347,27 @@ def check_columns(conn: Any, t: Any, table: str, dim: int) -> None:
         )
 
 
+_REGISTRY_COLUMNS = {"table_oid": "oid", "dim": "integer", "custom_weights": "boolean", "format": "integer"}
+
+
+def check_registry(conn: Any, reg: Any) -> None:
+    """The registry table ``reg`` (as the search path finds it) is normrank's: a user table of
+    that name would otherwise fail later on an INSERT that names no cause."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (reg.as_string(conn),),
+    ).fetchall()
+    have = dict(rows)
+    if rows and any(have.get(c) != kind for c, kind in _REGISTRY_COLUMNS.items()):
+        name = reg.as_string(conn)
+        raise IndexStateError(
+            f"a table {name} exists but is not normrank's (columns {sorted(have.items())}): normrank "
+            f"lists its tables in a table of that name; rename yours (ALTER TABLE {name} RENAME TO ...) "
+            "or use another database or schema (search_path)"
+        )
+
+
 def check_rows(conn: Any, t: Any, table: str) -> None:
     """An adopted table's rows: norms set and positive, no weights, unit-length embeddings."""
     from psycopg import sql
