@@ -307,3 +307,104 @@ def test_reopening_keeps_the_alpha_the_store_was_made_with(uri, table):
         c.execute(f"COMMENT ON TABLE {table}_docs IS 'not ours'")
     with pytest.raises(CorruptIndexError, match="not normrank's"):
         KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+
+
+# -- messages that name the cause (issue 37) -----------------------------------------------------
+
+
+def test_nul_characters_are_refused_up_front_naming_the_field(uri, table):
+    """PostgreSQL text and jsonb cannot hold U+0000: a document id, text, metadata key or value,
+    or a filter value holding one is refused before anything is sent, naming where it is (the
+    in-memory store keeps them; this store says it cannot), and the store is left as it was."""
+    from normrank.errors import InvalidInputError
+
+    x, ids, recs = corpus(20, seed=10)
+    pg = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1], exact=True))
+    pg.add(ids, x, recs)
+    state = [rows_of(uri, f"SELECT key, id, record::text FROM {table}_docs ORDER BY key"), dict(pg.records)]
+    bad_adds = [
+        (["a\x00b"], [{"text": "t", "metadata": {}}], "id"),
+        (["n1"], [{"text": "t\x00", "metadata": {}}], "text"),
+        (["n2"], [{"text": "t", "metadata": {"k\x00": 1}}], "k"),
+        (["n3"], [{"text": "t", "metadata": {"tags": ["ok", "no\x00"]}}], "tags"),
+        ([ids[0]], [{"text": "t", "metadata": {"src": "\x00"}}], "src"),  # an overwrite
+    ]
+    for new_ids, new_recs, where in bad_adds:
+        with pytest.raises(InvalidInputError, match="NUL") as got:
+            pg.add(new_ids, x[:1], new_recs)
+        assert where in str(got.value) and "PostgreSQL" in str(got.value)
+    bad_filters = [
+        ("cmp", ("metadata", "src"), "eq", "a\x00"),
+        ("cmp", ("metadata", "src"), "in", ["a", "b\x00"]),
+        ("cmp", ("metadata", "src\x00"), "eq", "a"),
+        ("sid_in", ["doc-1", "doc-\x002"]),
+        ("cmp", ("metadata", "src"), "gt", "\x00"),
+    ]
+    for tree in bad_filters:
+        with pytest.raises(InvalidParameterError, match="NUL"):
+            pg.search(x[0], 5, where=tree)
+    pg.records[ids[1]]["metadata"]["src"] = "edited\x00"  # in place, through LangChain's docstore
+    with pytest.raises(InvalidInputError, match="NUL"):
+        pg.sync_records()
+    pg.records[ids[1]]["metadata"]["src"] = state[1][ids[1]]["metadata"]["src"] = recs[1]["metadata"]["src"]
+    assert rows_of(uri, f"SELECT key, id, record::text FROM {table}_docs ORDER BY key") == state[0]
+    assert pg.records == state[1] and len(pg.index) == 20
+
+
+def test_two_stores_on_one_table_say_another_client_wrote_it(uri, table):
+    """Two stores opened on one table, both writing: the second one's write is refused with the
+    cause (another client wrote the table since this store read it), not internal keys."""
+    x, ids, recs = corpus(20, seed=11)
+    a = KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1]))
+    a.add(ids[:5], x[:5], recs[:5])
+    b = KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+    a.add(ids[5:6], x[5:6], recs[5:6])  # key 5, unknown to b
+    before = rows_of(uri, f"SELECT key, id FROM {table}_docs ORDER BY key")
+    for call in (
+        lambda: b.add(["b-new"], x[6:7], recs[6:7]),  # b's next key is 5: taken
+        lambda: b.add([ids[5]], x[6:7], recs[6:7]),  # an id b does not know it holds
+    ):
+        with pytest.raises(IndexStateError, match="another client wrote") as got:
+            call()
+        assert "reopen" in str(got.value)
+    a.delete([ids[0]])
+    b.next_key = 100
+    with pytest.raises(IndexStateError, match="another client wrote"):
+        b.add([ids[0]], x[6:7], recs[6:7])  # overwrites a key a removed meanwhile
+    assert rows_of(uri, f"SELECT key, id FROM {table}_docs ORDER BY key") == before[1:]
+
+
+def test_a_foreign_registry_table_is_named(uri, table):
+    """A user table that happens to be called normrank_tables (in a database of its own): said,
+    not an INSERT error, and nothing is created."""
+    import urllib.parse
+
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {table}")
+    parts = urllib.parse.urlsplit(uri)
+    other = urllib.parse.urlunsplit(parts._replace(path=f"/{table}"))
+    with psycopg.connect(other, autocommit=True) as c:
+        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        c.execute("CREATE TABLE normrank_tables (name text, owner text)")
+    for make in (lambda: PgVectorNormIndex(other, "t", 4), lambda: PgVectorRecordIndex(other, "t", 4)):
+        with pytest.raises(IndexStateError, match=r"normrank_tables.*not normrank's"):
+            make()
+    with pytest.raises(IndexStateError, match=r"normrank_tables.*not normrank's"):
+        PgVectorRecordIndex(other, "t")  # the dimension read from the registry
+    with psycopg.connect(other, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM pg_class WHERE relname = 't'").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("comment", ['{"alpha": "x"}', '{"alpha": 99}', '{"alpha": NaN}', '{"alpha": true}'])
+def test_a_bad_stored_alpha_names_the_comment_and_the_fix(uri, table, comment):
+    x, ids, recs = corpus(5)
+    KeyedStore(index=PgVectorRecordIndex(uri, table, x.shape[1])).add(ids, x, recs)
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(
+            psycopg.sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                psycopg.sql.Identifier(f"{table}_docs"), psycopg.sql.Literal(comment)
+            )
+        )
+    with pytest.raises(CorruptIndexError) as got:
+        KeyedStore.from_index(PgVectorRecordIndex(uri, table), check_record=lambda r: None)
+    assert "comment" in str(got.value) and f"COMMENT ON TABLE {table}_docs" in str(got.value)

@@ -13,7 +13,8 @@ With ``client_band = False``, or where the generation trigger is disabled, the b
 SQL instead: the first band of extreme weights on the side alpha favours (a b-tree scan) with
 the cosines, then, when the k-th score does not beat the bound, every row beyond the band edge
 read off the bound (a b-tree range). Both are exact up to what the HNSW index misses.
-``exact=True`` ranks every row in SQL. Whatever a search reads beyond its one statement runs in
+``exact=True`` ranks every row in SQL. The searches and the settings they send live in
+:mod:`normrank.backends.pgvector_search` (k rows whenever k rows exist). Whatever a search reads beyond its one statement runs in
 one REPEATABLE READ transaction with it, so every query's result is that of one committed state
 whatever other clients write meanwhile.
 
@@ -34,6 +35,7 @@ from numpy.typing import ArrayLike
 
 from normrank.backends import pgvector_band as B
 from normrank.backends import pgvector_sql as S
+from normrank.backends.pgvector_search import EF_CAP, Searches, breadth
 from normrank.errors import (
     DuplicateIdError,
     IndexStateError,
@@ -41,12 +43,6 @@ from normrank.errors import (
     InvalidParameterError,
     MissingDependencyError,
     UnknownIdError,
-)
-from normrank.search.norm_band import (
-    first_band,
-    hnsw_params,
-    search_depths,
-    start_search,
 )
 from normrank.validation import (
     Checked,
@@ -105,7 +101,7 @@ def _checked_table(table: object) -> str:
     return table
 
 
-class PgVectorNormIndex:
+class PgVectorNormIndex(Searches):
     """A PostgreSQL table searched by ``cos(q, d) * ||d||**alpha``; API as :class:`normrank.NormIndex`.
 
     Args:
@@ -118,7 +114,8 @@ class PgVectorNormIndex:
         exact: rank every row in SQL (a sequential scan): equals ``NormIndex``'s exact top-k.
         m / ef_construction: HNSW graph parameters, fixed when the table is created.
         ef_search: pgvector's ``hnsw.ef_search`` for searches (raised to the cosine depth when
-            a search needs more).
+            a search needs more; at most pgvector's 1,000 reach the server,
+            :mod:`normrank.backends.pgvector_search`).
         alpha: default exponent (``search(..., alpha=)`` overrides it, per query if wanted).
         k_factor: the cosine fetch is at least ``k * k_factor`` deep.
         n_tail: size of the first extreme-weight band (default: :func:`normrank.search.norm_band.first_band`).
@@ -171,7 +168,7 @@ class PgVectorNormIndex:
         self._lock = threading.RLock()
         self._conn: Any = None
         self.last_widened = 0  # queries of the last search that needed the second round
-        self._ef_set: tuple[int, int] | None = None  # (connection, hnsw.ef_search set on it)
+        self._iterative = False  # the server's pgvector has iterative index scans (>= 0.8)
         self._copy = B.ClientCopy()  # what the client-side band scan holds of the table
         sql = _sql()
         self._t = sql.Identifier(self.table)
@@ -185,43 +182,46 @@ class PgVectorNormIndex:
     def _connection(self) -> Any:
         psycopg, register_vector = _pg()
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._ef_set = None
             try:
                 self._conn = psycopg.connect(self.conninfo, autocommit=True)
             except psycopg.Error as e:
                 raise IndexStateError(f"cannot connect to PostgreSQL ({self.conninfo!r}): {e}") from e
-            if self._conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+            row = self._conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()
+            if row:
                 register_vector(self._conn)
+                self._iterative = S.version_at_least(row[0], (0, 8))
         return self._conn
 
-    def _run(self, fn, *, read_only: bool = False, single: bool = False) -> Any:
-        """``fn(conn)`` in one transaction (REPEATABLE READ READ ONLY when ``read_only``; none
-        when ``single``: ``fn`` runs one statement, which sees one snapshot by itself).
+    def _run(self, fn, *, read_only: bool = False, single: bool = False, ef: int | None = None) -> Any:
+        """``fn(conn)`` in one transaction (REPEATABLE READ READ ONLY when ``read_only``; the
+        pipeline's implicit one when ``single``: ``fn`` runs one statement, which sees one snapshot
+        by itself). ``ef``: a search's HNSW breadth, set for that transaction only
+        (:func:`normrank.backends.pgvector_search.breadth`), never remembered.
         Database errors become :class:`IndexStateError`; a write that failed rolled back whole."""
         psycopg, _ = _pg()
         with self._lock:
             conn = self._connection()
             try:
-                if single:
-                    return fn(conn)
+                if single:  # settings and statement in one round trip, one implicit transaction
+                    with conn.pipeline():
+                        if ef is not None:
+                            breadth(conn, ef, self._iterative)
+                        return fn(conn)
                 if not read_only:
                     with conn.transaction():
                         return fn(conn)
                 # Pipelined: BEGIN and the settings go out with the first query, one round trip.
                 with conn.pipeline(), conn.transaction():
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    if ef is not None:
+                        breadth(conn, ef, self._iterative)
                     return fn(conn)
             except psycopg.errors.UniqueViolation as e:
                 raise DuplicateIdError(f"ids already in {self.table}: {e.diag.message_detail}") from e
             except psycopg.Error as e:
                 raise IndexStateError(f"PostgreSQL refused the operation on {self.table}: {e}") from e
-
-    def _ef(self, conn: Any, value: int) -> None:
-        """``hnsw.ef_search`` of this connection's session, set only when it changes (a SET
-        per search would cost a statement)."""
-        if self._ef_set != (id(conn), value):
-            conn.execute(f"SET hnsw.ef_search = {int(value)}")
-            self._ef_set = (id(conn), value)
 
     def _setup(self, adopt: bool) -> None:
         psycopg, register_vector = _pg()
@@ -240,6 +240,7 @@ class PgVectorNormIndex:
                         "custom_weights boolean NOT NULL DEFAULT false, format int NOT NULL)"
                     ).format(self._reg)
                 )
+                S.check_registry(conn, self._reg)
                 reg_schema = conn.execute(
                     "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE c.oid = to_regclass(%s)",
@@ -547,97 +548,6 @@ class PgVectorNormIndex:
 
         self._run(update)
 
-    # -- search ---------------------------------------------------------------------------------
-
-    def search(
-        self,
-        q: ArrayLike,
-        k: int,
-        *,
-        alpha: float | ArrayLike | None = None,
-        ef_search: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query).
-
-        Returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, best first, padded with
-        ``-inf`` / ``-1`` when fewer than ``k`` rows exist; equal scores in id order."""
-        unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
-        nq, k = scores.shape
-        ef = self.ef_search if ef_search is None else as_positive_int(ef_search, "ef_search")
-        self.last_widened = 0
-        if nq == 0:
-            return scores, ids
-
-        if self.exact:  # one statement: every query sees the same committed state
-            got = self._run(lambda c: S.exact_rows(c, self._t, unit_q, alphas, k), single=True)
-            S.fill(scores, ids, np.arange(nq), got)
-            return scores, ids
-        plain = np.flatnonzero(alphas == 0)
-        if plain.size:
-
-            def cosine(conn: Any) -> list:
-                self._ef(conn, max(ef, k))
-                return S.plain_rows(conn, self._t, unit_q[plain], k)
-
-            S.fill(scores, ids, plain, self._run(cosine, single=True))
-        rest = np.flatnonzero(alphas != 0)
-        if rest.size:
-            self._ann(unit_q, alphas, rest, k, ef, scores, ids)
-        return scores, ids
-
-    def _ann(self, unit_q, alphas, rest, k, ef, scores, ids) -> None:
-        """The band + bound search of the queries ``rest`` (alpha != 0), into ``scores`` / ``ids``:
-        the band scanned in the client (:mod:`normrank.backends.pgvector_band`), or in SQL when
-        ``client_band`` is False or the table's generation trigger is missing or disabled.
-
-        A search is one statement, or, when it reads more (the copy, vectors, the SQL band), one
-        REPEATABLE READ transaction (pipelined: BEGIN goes out with the first statement), so
-        that each result is that of one snapshot."""
-        params = hnsw_params(ef)
-
-        def depth_of(n_copy: int | None) -> tuple[int, int]:
-            # FAISS's trusted rank (an eighth of ef_search), not the whole depth as the SQL band
-            # below: a client scan is cheap enough (26,953 real MiniLM, ef_search 400, 100 single
-            # queries, alpha 0.5 / 1: recall@10 0.986 / 0.991 against 0.978 / 0.986 trusting the
-            # depth, CPU ratio to plain 1.36 / 1.46 against 1.54 / 1.30 on a loaded machine).
-            return search_depths(max(self._n if n_copy is None else n_copy, 1), k, self.k_factor, params)
-
-        def client(conn: Any, in_transaction: bool) -> int | None:
-            self._ef(conn, max(ef, depth_of(self._copy.n if self._copy.key else None)[0]))
-            sub_s, sub_i = scores[rest], ids[rest]
-            got = B.client_search(
-                conn, self._t, self.table, self._copy, unit_q[rest], alphas[rest], k, depth_of,
-                lambda n: first_band(n, params, self.n_tail), sub_s, sub_i, in_transaction=in_transaction,
-            )  # fmt: skip
-            if got is not None and got != B.NEEDS_SNAPSHOT:
-                scores[rest], ids[rest] = sub_s, sub_i
-            return got
-
-        if self.client_band:  # one statement when the copy is current, else one transaction
-            got = self._run(lambda c: client(c, False), single=True)
-            if got == B.NEEDS_SNAPSHOT:
-                got = self._run(lambda c: client(c, True), read_only=True)
-            if got is not None:
-                self.last_widened = got
-                self._n = self._copy.n
-                return
-        n = max(self._n, 1)  # cached: it only sizes the first band and the depth
-        depth, _ = search_depths(n, k, self.k_factor, params)
-        # The whole cosine depth is trusted, as QdrantNormIndex does: trusting an eighth of
-        # ef_search (FAISS's rule, ``_``) widened every query to a second round on real MiniLM
-        # embeddings (5,719 docs, ef_search 64, 60 queries, alpha -1: recall 1.000, 13.7x plain
-        # latency; trusting the depth: 2% widened, recall 0.995, 4.7x; loaded 2-core machine).
-        trust = depth
-        band0 = first_band(n, params, self.n_tail)
-
-        def rounds(conn: Any) -> None:
-            self._ef(conn, max(ef, depth))
-            self.last_widened = B.sql_band(
-                conn, self._t, unit_q, alphas, rest, k, depth, trust, band0, scores, ids
-            )
-
-        self._run(rounds, read_only=True)
-
     # -- SQL function ---------------------------------------------------------------------------
 
     def install_sql_function(self, name: str = "normrank_search") -> None:
@@ -645,4 +555,5 @@ class PgVectorNormIndex:
         returns ``TABLE(id bigint, score float8)``: this table's top-``k`` by
         ``cos * w**alpha``, by the same band + bound search (docs/postgres.md)."""
         fn = _checked_table(name)
-        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, self.ef_search))
+        ef = min(self.ef_search, EF_CAP)  # pgvector's limit: a wider breadth scans at its limit
+        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, ef, self._iterative))

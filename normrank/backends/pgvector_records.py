@@ -36,9 +36,10 @@ from normrank.errors import (
     IndexStateError,
     InvalidInputError,
     InvalidParameterError,
+    UnknownIdError,
 )
 from normrank.search.norm_band import start_search
-from normrank.validation import as_ids
+from normrank.validation import MAX_ABS_ALPHA, as_ids
 
 __all__ = ["PgVectorRecordIndex", "Where", "records_table", "table_dim", "where_sql"]
 
@@ -73,6 +74,7 @@ def table_dim(conninfo: str, table: str) -> int | None:
                 is None
             ):
                 return None
+            S.check_registry(conn, sql.Identifier(REGISTRY))
             row = conn.execute(
                 sql.SQL("SELECT dim FROM {} WHERE table_oid = to_regclass(%s)").format(
                     sql.Identifier(REGISTRY)
@@ -84,6 +86,39 @@ def table_dim(conninfo: str, table: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+# -- NUL characters -------------------------------------------------------------------------------
+
+# PostgreSQL's text and jsonb cannot hold U+0000 (psycopg refuses to send it, jsonb to parse it).
+# It is refused before anything is sent, naming where it sits, rather than stored altered.
+_NUL = "PostgreSQL text cannot hold the NUL character (U+0000): remove it (a store kept in memory accepts it)"
+
+
+def nul_at(value: Any, path: str = "") -> str | None:
+    """Where a NUL character sits in a JSON value (its keys and strings), as ``['a'][0]``; None if nowhere."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, v in value.items():
+            here = f"{path}[{key!r}]"
+            if isinstance(key, str) and "\x00" in key:
+                return here + " (the key)"
+            if (found := nul_at(v, here)) is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if (found := nul_at(v, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
+def _check_records(ids: Sequence[Any], records: Sequence[Any]) -> None:
+    for sid, rec in zip(ids, records, strict=True):
+        if isinstance(sid, str) and "\x00" in sid:
+            raise InvalidInputError(f"document id {sid!r}: {_NUL}")
+        if (where := nul_at(rec)) is not None:
+            raise InvalidInputError(f"document {sid!r}, field {where}: {_NUL}")
+
+
 # -- filters as SQL ------------------------------------------------------------------------------
 
 
@@ -92,11 +127,15 @@ def _check_value(v: Any, what: str) -> None:
         raise InvalidParameterError(
             f"{what}: a SQL filter value is a str, finite number, bool or None, got {v!r}"
         )
+    if isinstance(v, str) and "\x00" in v:
+        raise InvalidParameterError(f"{what}: filter value {v!r}: {_NUL}")
 
 
 def _path(path: Any) -> list[str]:
     if not isinstance(path, tuple) or not path or not all(isinstance(p, str) for p in path):
         raise InvalidParameterError(f"a filter path is a non-empty tuple of str keys, got {path!r}")
+    if any("\x00" in p for p in path):
+        raise InvalidParameterError(f"filter key path {path!r}: {_NUL}")
     return list(path)
 
 
@@ -170,6 +209,8 @@ def _node(sql: Any, w: Any, params: dict[str, Any]) -> Any:
     if kind == "not" and len(w) == 2:
         return sql.SQL("(NOT {})").format(_node(sql, w[1], params))
     if kind == "sid_in" and len(w) == 2 and isinstance(w[1], list) and all(isinstance(s, str) for s in w[1]):
+        if bad := [s for s in w[1] if "\x00" in s]:
+            raise InvalidParameterError(f"document ids {bad!r}: {_NUL}")
         return sql.SQL("(d.id = ANY(" + _bind(params, list(w[1]), "text[]") + "))")
     if kind == "null" and len(w) == 2:
         return _eq(sql, _at(sql, w[1], params), None, params)
@@ -317,22 +358,35 @@ class PgVectorRecordIndex(PgVectorNormIndex):
         gone = as_ids(np.asarray(replaced, dtype=np.int64).reshape(-1))
         if not (len(ids) == len(records) == keys.size):
             raise InvalidInputError(f"{keys.size} keys, {len(ids)} ids and {len(records)} records")
+        _check_records(ids, records)
+        if len(set(ids)) != len(ids):
+            raise DuplicateIdError("ids repeat within one add_records call")
         from psycopg import sql
         from psycopg.types.json import Json
 
-        with self._transaction() as conn:
-            PgVectorNormIndex.add(self, x, ids=keys)
-            if gone.size:
-                PgVectorNormIndex.remove(self, gone)
-            copy = sql.SQL("COPY {} (key, id, record) FROM STDIN").format(self._d)
-            with conn.cursor() as cur, cur.copy(copy) as cp:
-                for key, sid, rec in zip(keys.tolist(), ids, records, strict=True):
-                    cp.write_row((key, sid, Json(rec)))
+        try:
+            with self._transaction() as conn:
+                PgVectorNormIndex.add(self, x, ids=keys)
+                if gone.size:
+                    PgVectorNormIndex.remove(self, gone)
+                copy = sql.SQL("COPY {} (key, id, record) FROM STDIN").format(self._d)
+                with conn.cursor() as cur, cur.copy(copy) as cp:
+                    for key, sid, rec in zip(keys.tolist(), ids, records, strict=True):
+                        cp.write_row((key, sid, Json(rec)))
+        except (DuplicateIdError, UnknownIdError) as e:
+            # The keys and overwritten rows come from what this store read of the table: a key
+            # taken, a row gone or an id already there means someone else wrote it since.
+            raise IndexStateError(
+                f"another client wrote {self.table!r} since this store read it ({e}); nothing was "
+                "written: one writer per table at a time, reopen the store (from_postgres, "
+                "KeyedStore.from_index) to see the other writes, then write again"
+            ) from e
 
     def update_records(self, keys: Sequence[int], records: Sequence[dict[str, Any]]) -> None:
         """Rewrite the records of existing ``keys`` (one transaction)."""
         if not keys:
             return
+        _check_records([f"key {k}" for k in keys], records)
         from psycopg import sql
 
         q = sql.SQL(
@@ -383,8 +437,17 @@ class PgVectorRecordIndex(PgVectorNormIndex):
                 f"the comment on {self.records_table!r} is not normrank's ({got!r}): reset it with "
                 f"COMMENT ON TABLE {self.records_table} IS NULL"
             ) from None
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise CorruptIndexError(f"the alpha saved on {self.records_table!r} is {value!r}, not a number")
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not abs(float(value)) <= MAX_ABS_ALPHA  # NaN included
+        ):
+            raise CorruptIndexError(
+                f"the comment on table {self.records_table!r} saves alpha {value!r}, not a number in "
+                f"[-{MAX_ABS_ALPHA:g}, {MAX_ABS_ALPHA:g}]: set it with COMMENT ON TABLE "
+                f"{self.records_table} IS '{{\"alpha\": 0.5}}' (your alpha), or reset it with "
+                f"COMMENT ON TABLE {self.records_table} IS NULL to take the alpha the store is opened with"
+            )
         return None if value is None else float(value)
 
     def store_alpha(self, alpha: float) -> None:

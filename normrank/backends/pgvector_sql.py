@@ -201,7 +201,10 @@ def merge_one(scores: np.ndarray, ids: np.ndarray, i: int, more_ids: list, more_
 
 
 # The SQL function: the same bound (normrank.search.ann.unseen_bound, the depths of
-# normrank.search.norm_band.search_depths), with the band read off the bound in one step.
+# normrank.search.norm_band.search_depths), with the band read off the bound in one step. The
+# index scan's breadth is capped at pgvector's 1,000 (deeper candidates come from the iterative
+# scan, where the server has one); a plain query the index scan answers short (dead rows in the
+# graph) is answered by an exact scan.
 _FUNCTION = """
 DECLARE
   depth int := greatest(k * {kf}, {ef} / 8);
@@ -213,9 +216,17 @@ BEGIN
   IF alpha IS NULL OR NOT abs(alpha) <= 16 THEN RAISE EXCEPTION 'alpha must lie in [-16, 16]'; END IF;
   IF query IS NULL OR vector_norm(query) = 0 THEN RAISE EXCEPTION 'the query has zero length'; END IF;
   query := l2_normalize(query);
-  PERFORM set_config('hnsw.ef_search', greatest({ef}, depth)::text, true);
+  PERFORM set_config('hnsw.ef_search', least(greatest({ef}, depth), 1000)::text, true);
   IF alpha = 0 THEN
-    RETURN QUERY SELECT t.id, -(t.embedding <#> query) FROM {t} t ORDER BY t.embedding <#> query LIMIT k;
+    SELECT array_agg(x.id ORDER BY x.c DESC, x.id), array_agg(x.c ORDER BY x.c DESC, x.id)
+      INTO top_ids, top_s
+      FROM (SELECT t.id, -(t.embedding <#> query) AS c FROM {t} t
+             ORDER BY t.embedding <#> query LIMIT k) x;
+    IF coalesce(cardinality(top_ids), 0) < k THEN
+      RETURN QUERY SELECT t.id, -(t.embedding <#> query) AS s FROM {t} t ORDER BY s DESC, t.id LIMIT k;
+    ELSE
+      RETURN QUERY SELECT u.i, u.s FROM unnest(top_ids, top_s) AS u(i, s);
+    END IF;
     RETURN;
   END IF;
   SELECT min(coalesce(t.weight, t.norm)), max(coalesce(t.weight, t.norm)) INTO b_lo, b_hi FROM {t} t;
@@ -253,11 +264,13 @@ END
 """
 
 
-def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int) -> None:
+def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int, iterative: bool) -> None:
     """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
     bigint, score float8)`` over table ``t``; its body is composed with the table as an
     Identifier and passed as one quoted literal. STABLE: both of its rounds read the snapshot
-    of the statement that calls it, whatever other clients commit meanwhile."""
+    of the statement that calls it, whatever other clients commit meanwhile. ``ef_search`` at
+    most pgvector's 1,000; ``iterative``: the server's pgvector has ``hnsw.iterative_scan``
+    (>= 0.8), set for the function's calls only, as its ``ef_search``."""
     from psycopg import sql
 
     body = (
@@ -272,13 +285,23 @@ def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int
         )
         .as_string(conn)
     )
+    scan = sql.SQL(" SET hnsw.iterative_scan = strict_order" if iterative else "")
     conn.execute(
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}(query vector, alpha float8, k int) "
             "RETURNS TABLE (id bigint, score float8) LANGUAGE plpgsql STABLE "
-            "SET hnsw.ef_search = {ef} AS {body}"
-        ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), body=sql.Literal(body))
+            "SET hnsw.ef_search = {ef}{scan} AS {body}"
+        ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), scan=scan, body=sql.Literal(body))
     )
+
+
+def version_at_least(version: str, least: tuple[int, ...]) -> bool:
+    """Whether an extension's version text (``"0.8.2"``) is at least ``least``."""
+    parts = []
+    for p in str(version).split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= least
 
 
 # -- schema -------------------------------------------------------------------------------------
@@ -321,6 +344,27 @@ def check_columns(conn: Any, t: Any, table: str, dim: int) -> None:
         raise IndexStateError(
             f"table {table!r} lacks the columns normrank needs ({', '.join(wrong)}): "
             "see docs/postgres.md for the migration"
+        )
+
+
+_REGISTRY_COLUMNS = {"table_oid": "oid", "dim": "integer", "custom_weights": "boolean", "format": "integer"}
+
+
+def check_registry(conn: Any, reg: Any) -> None:
+    """The registry table ``reg`` (as the search path finds it) is normrank's: a user table of
+    that name would otherwise fail later on an INSERT that names no cause."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (reg.as_string(conn),),
+    ).fetchall()
+    have = dict(rows)
+    if rows and any(have.get(c) != kind for c, kind in _REGISTRY_COLUMNS.items()):
+        name = reg.as_string(conn)
+        raise IndexStateError(
+            f"a table {name} exists but is not normrank's (columns {sorted(have.items())}): normrank "
+            f"lists its tables in a table of that name; rename yours (ALTER TABLE {name} RENAME TO ...) "
+            "or use another database or schema (search_path)"
         )
 
 
