@@ -31,7 +31,7 @@ from langchain_normrank.faiss_compat import (
     faiss_contents,
     refuse_faiss_folder,
 )
-from langchain_normrank.filters import MetadataFilter, metadata_predicate, sql_filter
+from langchain_normrank.filters import MetadataFilter, check_kinds, metadata_predicate, sql_filter
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store.checks import UnsupportedOperationError, reject_unknown
@@ -313,6 +313,8 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         pred = metadata_predicate(filter)
         if pred is None:
             return {}
+        with self._store.lock:  # an ordering across kinds raises, on every store alike
+            check_kinds(filter, [r["metadata"] for r in self._store.records.values()])
         if self._store.keeps_records and (where := sql_filter(filter)) is not None:
             return {"where": where}
         records = self._store.records
