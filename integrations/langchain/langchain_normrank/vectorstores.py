@@ -584,11 +584,22 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         of the same database, every write one transaction. Reopening with the same ``connection``
         and ``table`` gives back every document and the store's alpha (``dim=`` is needed only to
         create the table; ``alpha=`` overrides the kept alpha for this object, ``save_local``
-        keeps it); dict filters run in SQL. ``index_options`` go to
+        keeps it); dict filters run in SQL. ``connection`` is a libpq URI or conninfo, or PGVector's
+        SQLAlchemy URL ``postgresql+psycopg://...`` as it is; PGVector's ``distance_strategy=`` is
+        accepted when it is cosine. Scores are similarities ``s`` (PGVector's cosine distance is
+        ``1 - s`` at alpha = 0). ``index_options`` go to
         :class:`normrank.backends.pgvector_records.PgVectorRecordIndex` (``exact=``, ``ef_search=``...).
         """
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
+        strategy = index_options.pop("distance_strategy", None)
+        if strategy is not None and str(getattr(strategy, "value", strategy)).lower() != "cosine":
+            raise InvalidParameterError(
+                f"distance_strategy={strategy!r}: this store ranks by cos(q, d)·‖d‖^α (PGVector's "
+                "cosine at alpha=0); for inner product use alpha=1.0, for Euclidean distance there is no equivalent"
+            )
+        if isinstance(connection, str) and connection.startswith("postgresql+psycopg://"):
+            connection = "postgresql://" + connection.split("://", 1)[1]  # PGVector's SQLAlchemy URL
         index = PgVectorRecordIndex(connection, table, dim, **index_options)
         core = KeyedStore.from_index(index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT)
         store = cls(embedding, alpha=core.alpha)
