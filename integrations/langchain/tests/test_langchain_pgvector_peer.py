@@ -265,3 +265,32 @@ def test_pgvector_distance_strategy_is_taken_when_cosine(uri):
     for other in (kinds.EUCLIDEAN, kinds.MAX_INNER_PRODUCT):
         with pytest.raises(InvalidParameterError, match=r"alpha=1\.0"):
             NormRankVectorStore.from_postgres(uri, table, emb, distance_strategy=other)
+
+
+def test_pgvector_constructor_keywords_are_taken_or_refused_saying_why(uri):
+    """from_texts(connection=, collection_name=) opens a store kept in PostgreSQL, as PGVector's;
+    PGVector options this store would not honour are refused, typed."""
+    from normrank.errors import InvalidParameterError
+    from normrank.store.checks import UnknownArgumentError
+
+    emb, name = DeterministicFakeEmbedding(size=DIM), f"peer{next(_names)}"
+    url = sqlalchemy_url(uri)
+    store = NormRankVectorStore.from_texts(
+        ["a", "b"], emb, ids=["a", "b"], connection=url, collection_name=name
+    )
+    again = NormRankVectorStore.from_existing_index(emb, collection_name=name, connection=url)
+    assert (
+        sorted(d.id for d in again.similarity_search("a", k=5))
+        == ["a", "b"]
+        == sorted(store.index_to_docstore_id.values())
+    )
+    with pytest.raises(InvalidParameterError, match="pre_delete_collection"):
+        NormRankVectorStore.from_texts(
+            ["c"], emb, connection=url, collection_name=name, pre_delete_collection=True
+        )
+    with pytest.raises(InvalidParameterError, match="use_jsonb"):
+        NormRankVectorStore.from_texts(["c"], emb, connection=url, collection_name=name, use_jsonb=False)
+    with pytest.raises(UnknownArgumentError, match="engine_args"):
+        NormRankVectorStore.from_texts(["c"], emb, connection=url, collection_name=name, engine_args={})
+    with pytest.raises(InvalidParameterError, match="connection="):
+        NormRankVectorStore.from_existing_index(emb, collection_name=name)
