@@ -179,15 +179,20 @@ def metadata_predicate(filter: MetadataFilter | None) -> Callable[[dict[str, Any
 
 
 def _kind(v: Any) -> str | None:
-    if v is None:
+    return _kind_of_type(type(v))
+
+
+def _kind_of_type(t: type) -> str | None:
+    """number (bools order as 0 and 1, as in Python), string, list, dict...; ``None`` for None."""
+    if t is type(None):
         return None
-    if isinstance(v, (bool, int, float)):
-        return "number"  # bools order as 0 and 1, as in Python
-    if isinstance(v, str):
+    if issubclass(t, (bool, int, float)):
+        return "number"
+    if issubclass(t, str):
         return "string"
-    if isinstance(v, (list, tuple)):
+    if issubclass(t, (list, tuple)):
         return "list"
-    return "dict" if isinstance(v, Mapping) else type(v).__name__
+    return "dict" if issubclass(t, Mapping) else t.__name__
 
 
 def _orderings(spec: Any, out: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -216,16 +221,14 @@ def check_kinds(filter: MetadataFilter | None, metadatas: Iterable[Mapping[str, 
     wanted = _orderings(filter, [])
     if not wanted:
         return
-    fields = {f for f, _, _ in wanted}
-    held: dict[str, dict[str, Any]] = {f: {} for f in fields}
-    for meta in metadatas:
-        for f in fields:
-            v = meta.get(f)
-            if (kind := _kind(v)) is not None:
-                held[f].setdefault(kind, v)
-    for f, op, kind in wanted:
-        for other, example in held[f].items():
-            if other != kind:
+    metadatas = list(metadatas)
+    for f in {f for f, _, _ in wanted}:
+        types = {type(meta.get(f)) for meta in metadatas}  # a set of types: one pass, no calls
+        kinds = {k for t in types if (k := _kind_of_type(t)) is not None}
+        for field, op, kind in wanted:
+            other = next((k for k in sorted(kinds) if k != kind), None) if field == f else None
+            if other is not None:
+                example = next(m[f] for m in metadatas if _kind(m.get(f)) == other)
                 raise FilterTypeError(
                     f"filter on {f!r}: {op} compares a {kind} with a {other} value (a document "
                     f"holds {example!r}); compare with a {other}, or store one kind in {f!r}"

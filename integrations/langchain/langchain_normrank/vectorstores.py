@@ -330,7 +330,7 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         if pred is None:
             return {}
         with self._store.lock:  # an ordering across kinds raises, on every store alike
-            check_kinds(filter, [r["metadata"] for r in self._store.records.values()])
+            check_kinds(filter, (r["metadata"] for r in self._store.records.values()))
         if self._store.keeps_records and (where := sql_filter(filter)) is not None:
             return {"where": where}
         records = self._store.records
