@@ -46,7 +46,9 @@ __all__ = ["PgVectorRecordIndex", "Where", "records_table", "table_dim", "where_
 #: A filter tree: ``("and", [w, ...])``, ``("or", [w, ...])``, ``("not", w)``,
 #: ``("cmp", path, op, value)`` with ``op`` one of eq ne gt gte lt lte in nin and ``value`` a
 #: str, int, float, bool or None (a list of them for in / nin), ``("null", path)`` (the value is
-#: missing or null), ``("empty", path)`` (missing, null, ``""`` or ``[]``), ``("sid_in", [ids])``.
+#: missing or null), ``("empty", path)`` (missing, null, ``""`` or ``[]``), ``("sid_in", [ids])``,
+#: ``("exists", path)`` (the key is there, even holding null), ``("like", path, pattern, ilike)``
+#: (a string value matching SQL ``LIKE`` / ``ILIKE`` pattern, ``\\`` escaping).
 #: ``path`` is a tuple of keys into the record, e.g. ``("metadata", "year")``.
 Where = tuple
 
@@ -217,6 +219,14 @@ def _node(sql: Any, w: Any, params: dict[str, Any]) -> Any:
     if kind == "empty" and len(w) == 2:
         h = _at(sql, w[1], params)
         return sql.SQL("({h} IS NULL OR {h} IN ('null'::jsonb, '\"\"'::jsonb, '[]'::jsonb))").format(h=h)
+    if kind == "exists" and len(w) == 2:  # the key is there, even holding null
+        return sql.SQL("({} IS NOT NULL)").format(_at(sql, w[1], params))
+    if kind == "like" and len(w) == 4 and isinstance(w[2], str) and isinstance(w[3], bool):
+        h, like = _at(sql, w[1], params), " ILIKE " if w[3] else " LIKE "
+        p = _bind(params, w[2], "text")
+        return sql.SQL(
+            "coalesce(jsonb_typeof({h}) = 'string' AND ({h} #>> '{{}}')" + like + p + ", false)"
+        ).format(h=h)
     if kind == "cmp" and len(w) == 4:
         _, path, op, v = w
         h = _at(sql, path, params)

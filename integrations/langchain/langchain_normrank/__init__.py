@@ -3,6 +3,7 @@
 from langchain_normrank.compressors import NormReweightCompressor, add_norm_metadata, embed_with_norms
 from langchain_normrank.embeddings import NormRankEmbeddings
 from langchain_normrank.faiss_compat import FaissSaveError
+from langchain_normrank.filters import FilterTypeError
 from langchain_normrank.retrievers import NormRankRetriever
 from langchain_normrank.vectorstores import (
     MigrationWarning,
@@ -15,6 +16,7 @@ from normrank.unit_norms import UnitNormWarning
 
 __all__ = [
     "FaissSaveError",
+    "FilterTypeError",
     "MigrationWarning",
     "NormRankEmbeddings",
     "NormRankRetriever",

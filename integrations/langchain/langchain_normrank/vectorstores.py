@@ -31,7 +31,8 @@ from langchain_normrank.faiss_compat import (
     faiss_contents,
     refuse_faiss_folder,
 )
-from langchain_normrank.filters import MetadataFilter, metadata_predicate, sql_filter
+from langchain_normrank.filters import MetadataFilter, check_kinds, metadata_predicate, sql_filter
+from langchain_normrank.pgvector_compat import check_distance_strategy, libpq_url, pgvector_options
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.store.checks import UnsupportedOperationError, reject_unknown
@@ -256,14 +257,29 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
 
     def add_embeddings(
         self,
-        text_embeddings: Iterable[tuple[str, list[float]]],
+        text_embeddings: Iterable[tuple[str, list[float]]] | None = None,
         metadatas: list[dict] | None = None,
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """Add precomputed raw vectors: ``text_embeddings`` is ``(text, vector)`` pairs, as in FAISS."""
+        """Add precomputed raw vectors: ``text_embeddings`` is ``(text, vector)`` pairs, as in FAISS,
+        or PGVector's keywords ``texts=`` and ``embeddings=`` (two lists)."""
+        if "texts" in kwargs or "embeddings" in kwargs:  # PGVector's form
+            texts, vectors = list(kwargs.pop("texts", [])), list(kwargs.pop("embeddings", []))
+            if text_embeddings is not None or len(texts) != len(vectors):
+                raise InvalidInputError(
+                    f"give texts= and embeddings= of one length (got {len(texts)} and {len(vectors)}), "
+                    "or FAISS's (text, vector) pairs"
+                )
+            text_embeddings = list(zip(texts, vectors, strict=True))
         reject_unknown(kwargs, ("metadatas", "ids"), "add_embeddings()", _FAISS_HINTS)
+        if text_embeddings is None:
+            raise InvalidInputError("add_embeddings takes (text, vector) pairs, or texts= and embeddings=")
         pairs = list(text_embeddings)
+        if any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
+            raise InvalidInputError(
+                "add_embeddings takes (text, vector) pairs (FAISS's form), or texts= and embeddings= (PGVector's)"
+            )
         texts = [t for t, _ in pairs]
         self._check_lengths(texts, metadatas, ids)
         if not pairs:
@@ -315,6 +331,8 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         pred = metadata_predicate(filter)
         if pred is None:
             return {}
+        with self._store.lock:  # an ordering across kinds raises, on every store alike
+            check_kinds(filter, (r["metadata"] for r in self._store.records.values()))
         if self._store.keeps_records and (where := sql_filter(filter)) is not None:
             return {"where": where}
         records = self._store.records
@@ -450,6 +468,20 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         )
         return self._with_docs(hits, None)
 
+    def max_marginal_relevance_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: AnyFilter = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """PGVector's MMR with scores for a query text: :meth:`max_marginal_relevance_search_with_score_by_vector`."""
+        return self.max_marginal_relevance_search_with_score_by_vector(
+            self._query_vector(query), k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter, **kwargs
+        )
+
     def max_marginal_relevance_search_by_vector(
         self,
         embedding: QueryVector,
@@ -488,10 +520,40 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> NormRankVectorStore:
-        """A store holding ``texts``; ``kwargs`` are the constructor's (``alpha``, ``factory``, ...)."""
+        """A store holding ``texts``; ``kwargs`` are the constructor's (``alpha``, ``factory``, ...),
+        or PGVector's (``connection=``, ``collection_name=``...): then a store kept in PostgreSQL
+        (:meth:`from_postgres`, the collection's name as the table's)."""
+        if "connection" in kwargs:
+            texts = list(texts)
+            vectors = embedding.embed_documents(texts) if texts else []
+            return cls._in_postgres(embedding, kwargs, "from_texts()", vectors)._added(
+                list(zip(texts, vectors, strict=True)), metadatas, ids
+            )
         store = cls._from_kwargs(embedding, kwargs, "from_texts()")
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+    @classmethod
+    def _in_postgres(
+        cls, embedding: Embeddings, kwargs: dict[str, Any], where: str, vectors: Any
+    ) -> NormRankVectorStore:
+        options = pgvector_options(kwargs, where, ("alpha",))
+        if "dim" not in options and len(vectors):
+            options["dim"] = len(vectors[0])
+        return cls.from_postgres(
+            options.pop("connection"), options.pop("table"), embedding, alpha=kwargs.get("alpha"), **options
+        )
+
+    @classmethod
+    def from_existing_index(
+        cls, embedding: Embeddings, collection_name: str = "langchain", **kwargs: Any
+    ) -> NormRankVectorStore:
+        """PGVector's reopen: :meth:`from_postgres` on the table named ``collection_name``, with
+        PGVector's keywords (``connection=``, ``distance_strategy=``...)."""
+        kwargs["collection_name"] = collection_name
+        if "connection" not in kwargs:
+            raise InvalidParameterError("from_existing_index needs connection= (the database's URL)")
+        return cls._in_postgres(embedding, kwargs, "from_existing_index()", [])
 
     @classmethod
     def from_embeddings(
@@ -502,8 +564,14 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         ids: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> NormRankVectorStore:
-        """A store from ``(text, raw vector)`` pairs, as ``FAISS.from_embeddings``."""
+        """A store from ``(text, raw vector)`` pairs, as ``FAISS.from_embeddings`` (in PostgreSQL
+        with PGVector's ``connection=``, as :meth:`from_texts`)."""
         pairs = list(text_embeddings)  # may be a one-shot iterator such as zip()
+        if "connection" in kwargs:
+            vectors = [v for _, v in pairs]
+            return cls._in_postgres(embedding, kwargs, "from_embeddings()", vectors)._added(
+                pairs, metadatas, ids
+            )
         return cls._from_kwargs(embedding, kwargs, "from_embeddings()")._added(pairs, metadatas, ids)
 
     def _added(self, pairs: list[tuple[str, Any]], metadatas: Any, ids: Any) -> NormRankVectorStore:
@@ -584,12 +652,16 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         of the same database, every write one transaction. Reopening with the same ``connection``
         and ``table`` gives back every document and the store's alpha (``dim=`` is needed only to
         create the table; ``alpha=`` overrides the kept alpha for this object, ``save_local``
-        keeps it); dict filters run in SQL. ``index_options`` go to
+        keeps it); dict filters run in SQL. ``connection`` is a libpq URI or conninfo, or PGVector's
+        SQLAlchemy URL ``postgresql+psycopg://...`` as it is; PGVector's ``distance_strategy=`` is
+        accepted when it is cosine. Scores are similarities ``s`` (PGVector's cosine distance is
+        ``1 - s`` at alpha = 0). ``index_options`` go to
         :class:`normrank.backends.pgvector_records.PgVectorRecordIndex` (``exact=``, ``ef_search=``...).
         """
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
-        index = PgVectorRecordIndex(connection, table, dim, **index_options)
+        check_distance_strategy(index_options.pop("distance_strategy", None))
+        index = PgVectorRecordIndex(libpq_url(connection), table, dim, **index_options)
         core = KeyedStore.from_index(index, check_record=_check_record, alpha=alpha, raw_hint=_RAW_HINT)
         store = cls(embedding, alpha=core.alpha)
         store._store = core

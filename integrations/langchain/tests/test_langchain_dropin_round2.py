@@ -265,3 +265,61 @@ def test_from_faiss_on_raw_vectors_copies_them_silently(emb):
         warnings.simplefilter("error", MigrationWarning)
         new = NormRankVectorStore.from_faiss(old)
     assert len(new) == N
+
+
+def test_add_embeddings_takes_pgvector_keywords_and_names_a_wrong_form():
+    """PGVector's add_embeddings(texts=, embeddings=) beside FAISS's pairs (issue 38); texts
+    without vectors raise a typed error instead of unpacking a string."""
+    from normrank.errors import InvalidInputError
+
+    emb = DeterministicFakeEmbedding(size=8)
+    store = NormRankVectorStore(emb)
+    vectors = emb.embed_documents(["a", "b"])
+    assert store.add_embeddings(texts=["a", "b"], embeddings=vectors, ids=["x", "y"]) == ["x", "y"]
+    assert store.add_embeddings([("c", vectors[0])], ids=["z"]) == ["z"]
+    assert [d.page_content for d in store.get_by_ids(["x", "y", "z"])] == ["a", "b", "c"]
+    with pytest.raises(InvalidInputError, match="pairs"):
+        store.add_embeddings(["a", "b"])
+    with pytest.raises(InvalidInputError, match="one length"):
+        store.add_embeddings(texts=["a"], embeddings=vectors)
+
+
+def test_pgvector_operators_in_memory_match_their_python_meaning():
+    """$ne $between $like $ilike $exists and $not over a list, in memory, against a brute-force
+    reading of each operator (issue 38); an ordering across kinds raises whatever the query."""
+    from langchain_normrank.filters import FilterTypeError
+
+    metas = [
+        {"t": "Intro_1", "y": 1999, "n": None},
+        {"t": "intro 2", "y": 2004.5},
+        {"t": "ROME", "y": 2010, "n": 1},
+        {"t": "a%b", "y": 2000},
+        {"y": 1990},
+    ]
+    store = NormRankVectorStore.from_texts(
+        [f"doc {i}" for i in range(5)], DeterministicFakeEmbedding(size=8), metas
+    )
+    cases = [
+        ({"t": {"$ne": "ROME"}}, lambda m: m.get("t") != "ROME"),
+        ({"y": {"$between": [1999, 2004.5]}}, lambda m: 1999 <= m["y"] <= 2004.5),
+        ({"t": {"$like": "Intro\\_%"}}, lambda m: m.get("t") == "Intro_1"),
+        ({"t": {"$like": "a\\%b"}}, lambda m: m.get("t") == "a%b"),
+        ({"t": {"$ilike": "intro%"}}, lambda m: str(m.get("t", "")).lower().startswith("intro")),
+        ({"n": {"$exists": True}}, lambda m: "n" in m),
+        ({"t": {"$exists": False}}, lambda m: "t" not in m),
+        (
+            {"$not": [{"y": {"$lt": 2000}}, {"t": "ROME"}]},
+            lambda m: not (m["y"] < 2000 or m.get("t") == "ROME"),
+        ),
+    ]
+    for f, want in cases:
+        got = {d.metadata["y"] for d in store.similarity_search("q", k=5, filter=f)}
+        assert got == {m["y"] for m in metas if want(m)}, f
+    for f in ({"t": {"$gt": 3}}, {"y": {"$like": "19%"}}, {"$or": [{"y": 1}, {"y": {"$gte": "2000"}}]}):
+        for q in ("q", "another query"):
+            with pytest.raises(FilterTypeError, match=r"filter on '[ty]'"):
+                store.similarity_search(q, k=1, filter=f)
+    with pytest.raises(InvalidParameterError, match="between"):
+        store.similarity_search("q", filter={"y": {"$between": [1]}})
+    with pytest.raises(InvalidParameterError, match="exists"):
+        store.similarity_search("q", filter={"y": {"$exists": 1}})

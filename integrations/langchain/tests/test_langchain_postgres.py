@@ -102,6 +102,11 @@ def corpus(n: int = 240, dim: int = 16):
             m["flag"] = i % 2 == 0
         if i % 13 == 0:
             m["tags"] = ["x", "y"]
+        if i % 4:
+            m["score"] = [i, i + 0.5, -i / 3][i % 3]  # numbers only: ints and floats
+        m["name"] = [f"Alpha_{i}", f"alpha{i}", f"beta\\{i}", f"BETA-{i}"][i % 4]
+        if i % 17 == 0:
+            m["name"] = None
         metas.append(m)
     return x.astype(np.float32), [f"t{i}" for i in range(n)], metas
 
@@ -110,9 +115,20 @@ SQL_FILTERS = [
     {"src": "a"},
     {"src": ["a", "b"]},
     {"src": "zzz"},  # nothing
-    {"year": {"$gt": 2000}},  # ints and floats pass, strings and missing do not
-    {"year": {"$gte": "2000"}},  # strings only
-    {"year": {"$lt": 2000.5, "$neq": 1995}},
+    {"score": {"$gt": 20}},  # ints and floats pass, missing does not
+    {"score": {"$lt": 20.5, "$neq": 13}},
+    {"score": {"$ne": 13, "$gte": -10}},  # PGVector's spelling of $neq
+    {"score": {"$between": [3, 41.5]}},
+    {"name": {"$between": ["B", "a"]}},  # code-point order: upper case first
+    {"name": {"$like": "alpha%"}},
+    {"name": {"$like": "_lpha\\_1%"}},  # an escaped _
+    {"name": {"$ilike": "%A_1%"}},
+    {"name": {"$like": "beta\\\\%"}},  # an escaped backslash
+    {"name": {"$exists": True}, "score": {"$exists": False}},
+    {"year": {"$exists": True, "$nin": [2001]}},
+    {"flag": {"$exists": False}, "name": {"$exists": True}},  # a key held as None exists
+    {"$not": [{"src": "a"}, {"n": {"$gte": 5}}]},  # PGVector's list form: none of them
+    {"year": {"$eq": "2001"}},
     {"year": {"$nin": [2001, "2001"]}},
     {"missing": None},  # a key absent everywhere equals None
     {"year": None},
@@ -122,7 +138,7 @@ SQL_FILTERS = [
     {"tags": "x"},  # a list value is not "x"
     {"$not": {"src": "a"}},
     {"$or": [{"src": "a"}, {"$and": [{"n": {"$gte": 3}}, {"n": {"$lt": 5}}]}]},
-    {"$and": [{"$or": [{"year": {"$gt": 2010}}, {"flag": False}]}, {"src": {"$in": ["b", "c"]}}]},
+    {"$and": [{"$or": [{"score": {"$gt": 10}}, {"flag": False}]}, {"src": {"$in": ["b", "c"]}}]},
 ]
 PYTHON_FILTERS = [
     lambda m: m.get("n", 0) % 2 == 1,  # a callable
@@ -171,6 +187,33 @@ def test_dict_filters_run_in_sql_with_the_python_semantics(uri, table, alpha, mo
     assert found > 0 and len(in_sql) == len(SQL_FILTERS) * 7  # 6 searches + 1 MMR per filter
     assert len(calls) > len(in_sql)  # the Python filters widened through search_where(where=None)
     assert not pg.similarity_search_by_vector(qs[0], k=4, filter={"src": "zzz"})
+
+
+KIND_ERRORS = [  # an ordering across kinds: the field holds another kind in some document
+    ({"year": {"$gt": 2000}}, "'year': \\$gt compares a number with a string value"),
+    ({"year": {"$gte": "2000"}}, "'year': \\$gte compares a string with a number value"),
+    ({"$not": {"year": {"$between": [1990, 2000]}}}, "'year': \\$between compares a number with a string"),
+    ({"$or": [{"src": "a"}, {"tags": {"$lt": 1}}]}, "'tags': \\$lt compares a number with a list value"),
+    ({"n": {"$like": "1%"}}, "'n': \\$like compares a string with a number value"),
+]
+
+
+def test_an_ordering_across_kinds_raises_on_both_stores_instead_of_matching_nothing(uri, table):
+    """Issue 38: "2001" > 2000 matched nothing, silently, in memory and in SQL alike."""
+    from langchain_normrank.filters import FilterTypeError
+
+    x, ids, metas = corpus()
+    emb = DeterministicFakeEmbedding(size=16)
+    ref = NormRankVectorStore(emb)
+    pg = NormRankVectorStore.from_postgres(uri, table, emb, dim=16, exact=True)
+    for store in (ref, pg):
+        store.add_embeddings([(f"text {i}", v) for i, v in zip(ids, x.tolist(), strict=True)], metas, ids)
+    for f, message in KIND_ERRORS:
+        for store in (ref, pg):
+            for search in (store.similarity_search_by_vector, store.max_marginal_relevance_search_by_vector):
+                with pytest.raises(FilterTypeError, match=message):
+                    search(x[0].tolist(), k=3, filter=f)
+    assert issubclass(FilterTypeError, TypeError) and issubclass(FilterTypeError, InvalidParameterError)
 
 
 def test_save_local_of_a_postgres_store_names_the_table_at_load(uri, table, tmp_path):

@@ -326,6 +326,41 @@ def _flow_docstore_edit(cls: type) -> Any:
     return summary(store.similarity_search("query 0", k=3, filter={"group": 99}))
 
 
+def _flow_ties_on(kind: str) -> Any:
+    """Ties on a store built on each empty FAISS index a user may pass (FAISS's docs' form)."""
+
+    def flow(cls: type) -> Any:
+        index = {
+            "IndexFlatL2": lambda: faiss.IndexFlatL2(DIM),
+            "IndexFlatIP": lambda: faiss.IndexFlatIP(DIM),
+            "IndexHNSWFlat": lambda: faiss.IndexHNSWFlat(DIM, 16),
+        }[kind]()
+        store = cls(EMB, index, InMemoryDocstore(), {})
+        texts = [("foo" if i in (0, 3, 7) else f"other {i}") for i in range(10)]
+        store.add_texts(texts, ids=[f"id{i}" for i in range(10)])
+        return [d.id for d in store.similarity_search("foo", k=3)]
+
+    return flow
+
+
+def _edge(call: Any) -> Any:
+    """An edge argument on the built store: the result and what the store then holds."""
+
+    def flow(cls: type) -> Any:
+        store = build(cls)
+        out = call(store, cls)
+        if inspect.isawaitable(out):
+            out = asyncio.run(out)
+        return summary(out), state(store)
+
+    return flow
+
+
+def _docs_with_and_without_id(store: Any, cls: type) -> Any:
+    store.add_documents([Document(id="with", page_content="new a"), Document(page_content="new b")])
+    return sorted(str(i) for i in store.index_to_docstore_id.values())[-3:]
+
+
 #: What users do that no single signature shows: the README's prose claims, checked here.
 FLOWS = {
     "flow add_texts(an existing id)": _flow_existing_id,
@@ -334,6 +369,41 @@ FLOWS = {
     "flow int ids through delete and get_by_ids": _flow_int_ids,
     "flow docstore metadata edit, then filter": _flow_docstore_edit,
 }
+FLOWS |= {
+    f"flow ties @{kind}": _flow_ties_on(kind) for kind in ("IndexFlatL2", "IndexFlatIP", "IndexHNSWFlat")
+}
+#: Edge arguments: empty lists, duplicates, k <= 0, None metadata, missing ids.
+EDGES = {
+    "similarity_search(k=0)": lambda s, c: s.similarity_search("query 0", k=0),
+    "similarity_search(k=-1)": lambda s, c: s.similarity_search("query 0", k=-1),
+    "similarity_search(k > len)": lambda s, c: s.similarity_search("query 0", k=N + 5),
+    "similarity_search_with_score(k=0)": lambda s, c: s.similarity_search_with_score("query 0", k=0),
+    "max_marginal_relevance_search(k=0)": lambda s, c: s.max_marginal_relevance_search("query 0", k=0),
+    "max_marginal_relevance_search(fetch_k < k)": lambda s, c: s.max_marginal_relevance_search(
+        "query 0", k=5, fetch_k=2
+    ),
+    "asimilarity_search(k=0)": lambda s, c: s.asimilarity_search("query 0", k=0),
+    "add_texts(no texts)": lambda s, c: s.add_texts([]),
+    "add_texts(no texts, ids=)": lambda s, c: s.add_texts([], ids=[]),
+    "add_documents(no documents)": lambda s, c: s.add_documents([]),
+    "aadd_texts(no texts)": lambda s, c: s.aadd_texts([]),
+    "add_texts(duplicate ids)": lambda s, c: s.add_texts(["new a", "new b"], ids=["x", "x"]),
+    "add_texts(a None metadata)": lambda s, c: s.add_texts(["new a"], metadatas=[None]),
+    "add_texts(fewer metadatas)": lambda s, c: s.add_texts(["new a", "new b"], metadatas=[{}]),
+    "add_documents(a Document without id)": _docs_with_and_without_id,
+    "from_texts(no texts)": lambda s, c: c.from_texts([], EMB),
+    "from_documents(no documents)": lambda s, c: c.from_documents([], EMB),
+    "delete(no ids)": lambda s, c: s.delete([]),
+    "delete(duplicate ids)": lambda s, c: s.delete(["0", "0"]),
+    "adelete(no ids)": lambda s, c: s.adelete([]),
+    "get_by_ids(no ids)": lambda s, c: s.get_by_ids([]),
+    "get_by_ids(duplicate ids)": lambda s, c: s.get_by_ids(["1", "1"]),
+    "docstore.add": lambda s, c: s.docstore.add({"z": Document(id="z", page_content="z")}),
+    "docstore.delete": lambda s, c: s.docstore.delete(["0"]),
+    "docstore.search(a missing id)": lambda s, c: s.docstore.search("missing"),
+    "similarity_search(an empty filter)": lambda s, c: s.similarity_search("query 0", k=3, filter={}),
+}
+FLOWS |= {f"edge {label}": _edge(call) for label, call in EDGES.items()}
 
 
 def run_flow(fn: Any, cls: type) -> tuple[str, Any]:
@@ -372,8 +442,8 @@ def classify(theirs: tuple[str, Any], ours: tuple[str, Any]) -> str:
         err = ours[1]
         if not isinstance(err, NormrankError):
             return f"untyped: {type(err).__name__}: {err}"
-        if theirs[0] == "raised":
-            return "same"  # both refuse (FAISS untyped, normrank typed)
+        if theirs[0] == "raised" and isinstance(err, type(theirs[1])):
+            return "same"  # both refuse, and FAISS's `except` catches normrank's typed error
         return f"refusal: {type(err).__name__}"
     if theirs[0] == "raised":
         return "difference"
@@ -419,6 +489,13 @@ def surface_outcomes(tmp: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, str]:
     return surface_outcomes(tmp_path_factory.mktemp("surface"))
+
+
+def test_the_classification_names_what_a_faiss_user_catches():
+    typed = ("raised", NormrankError("x"))
+    assert classify(("raised", AssertionError()), typed) == "refusal: NormrankError"
+    assert classify(("raised", Exception()), typed) == "same"
+    assert classify(("ok", 1), ("ok", 1)) == "same" and classify(("ok", 1), ("ok", 2)) == "difference"
 
 
 def test_every_faiss_method_has_calls_here():
