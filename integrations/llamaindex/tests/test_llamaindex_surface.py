@@ -90,9 +90,15 @@ def fresh_store(cls: type) -> Any:
     return cls() if cls is SimpleVectorStore else cls(dim=DIM)
 
 
+def index_kwargs(cls: type) -> dict[str, Any]:
+    """The README's drop-in line: over NormRankVectorStore, ``store_nodes_override=True`` (LlamaIndex's
+    own argument) fills the index's docstore as over SimpleVectorStore."""
+    return {} if cls is SimpleVectorStore else {"store_nodes_override": True}
+
+
 def build_index(cls: type) -> VectorStoreIndex:
     ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
-    return VectorStoreIndex(make_nodes(), storage_context=ctx, embed_model=EMB)
+    return VectorStoreIndex(make_nodes(), storage_context=ctx, embed_model=EMB, **index_kwargs(cls))
 
 
 # ---------------------------------------------------------------------- comparable forms
@@ -307,7 +313,9 @@ def _run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
         if call.method == "from_documents":
             docs = [Document(id_=f"d{i}", text=f"doc {i}", metadata={"group": i % 3}) for i in range(N)]
             ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
-            index = VectorStoreIndex.from_documents(docs, storage_context=ctx, embed_model=EMB)
+            index = VectorStoreIndex.from_documents(
+                docs, storage_context=ctx, embed_model=EMB, **index_kwargs(cls)
+            )
             return "ok", ("index", index_state(index))
         index = build_index(cls)
         kwargs = {a: value(call, a, cls, tmp) for a in [*call.args, *call.kwargs]}
