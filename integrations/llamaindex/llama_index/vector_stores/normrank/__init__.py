@@ -1,5 +1,6 @@
 """LlamaIndex integration of normrank: ranking by cos(q, d)·‖d‖^norm_alpha with the norm kept."""
 
+from llama_index.vector_stores.normrank._filters import FilterTypeError
 from llama_index.vector_stores.normrank.base import NormRankVectorStore
 from llama_index.vector_stores.normrank.embeddings import NormRankEmbedding
 from llama_index.vector_stores.normrank.ingestion import (
@@ -16,6 +17,7 @@ from normrank.unit_norms import UnitNormWarning
 
 __all__ = [
     "NORM_KEY",
+    "FilterTypeError",
     "NormMetadataTransform",
     "NormRankEmbedding",
     "NormRankRetriever",

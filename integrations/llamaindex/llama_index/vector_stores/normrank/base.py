@@ -35,7 +35,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
-from llama_index.vector_stores.normrank._filters import matches
+from llama_index.vector_stores.normrank._filters import check_kinds, matches
 from llama_index.vector_stores.normrank._sql_filters import sql_where
 
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
@@ -225,8 +225,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         self.dim = self._store.dim
         return ids
 
+    def _check_kinds(self, filters: MetadataFilters | None) -> None:
+        """A filter across kinds raises (FilterTypeError), looking at every node: never []."""
+        if filters is not None and filters.filters:
+            check_kinds(filters, (r["data"] for r in self._store.records.values()))
+
     def _select(self, node_ids: list[str] | None, filters: MetadataFilters | None) -> list[str]:
         records = self._store.records
+        self._check_kinds(filters)
         pool = list(records) if node_ids is None else [i for i in node_ids if i in records]
         return [i for i in pool if matches(filters, records[i]["data"])]
 
@@ -316,6 +322,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             where = sql_where(query.filters, query.node_ids, query.doc_ids)
         how = {"passes": pred} if where is None else {"where": where}
         with self._store.lock:
+            self._check_kinds(query.filters)
             if query.mode == VectorStoreQueryMode.MMR:
                 lam = kwargs.get("mmr_threshold", query.mmr_threshold)
                 ids, scores = self._mmr(query.query_embedding, k, alpha, how, 0.5 if lam is None else lam)
