@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -420,10 +421,12 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         needed only to create the table; ``norm_alpha=`` overrides the kept one for this object,
         ``persist`` keeps it); ``MetadataFilters``, ``node_ids`` and ``doc_ids`` run in SQL where
         they can.
-        ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`."""
+        ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`.
+        ``connection_string`` may be PGVectorStore's SQLAlchemy form too
+        (``postgresql+psycopg2://...``, ``postgresql+asyncpg://...``, or a ``sqlalchemy.URL``)."""
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
-        index = PgVectorRecordIndex(connection_string, table_name, embed_dim, **index_options)
+        index = PgVectorRecordIndex(_libpq_uri(connection_string), table_name, embed_dim, **index_options)
         core = KeyedStore.from_index(
             index, check_record=_check_record, alpha=norm_alpha, alpha_name="norm_alpha", raw_hint=_RAW_HINT
         )
@@ -457,6 +460,16 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         return cls.from_persist_path(
             os.path.join(persist_dir, f"{namespace}{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"), fs=fs
         )
+
+
+def _libpq_uri(connection: Any) -> Any:
+    """The libpq URI psycopg takes, from SQLAlchemy's forms of it (the driver after ``+`` dropped):
+    a PGVectorStore user's connection string works unchanged."""
+    if hasattr(connection, "render_as_string"):  # a sqlalchemy.URL: str() would hide the password
+        connection = connection.render_as_string(hide_password=False)
+    if isinstance(connection, str):
+        return re.sub(r"^postgres(?:ql)?\+\w+://", "postgresql://", connection)
+    return connection
 
 
 def _local_only(fs: fsspec.AbstractFileSystem | None) -> None:
