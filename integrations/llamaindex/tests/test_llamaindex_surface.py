@@ -569,6 +569,34 @@ def test_counts(outcomes, capsys):
     assert tuple(int(x) for x in said.groups()) == have, f"the README's counts are stale: now {have}"
 
 
+@pytest.mark.parametrize("kind", ["IndexFlatL2", "IndexFlatIP", "IndexHNSWFlat"])
+def test_each_faiss_index_kind_of_faiss_vector_store(kind):
+    """FaissVectorStore over each FAISS index a user may hand it, against this store at
+    norm_alpha = 0 on unit vectors: the same nodes, and the scores by docs/llamaindex.md's
+    conversion (an L2 index returns squared distances: similarity = 1 - L2² / 2)."""
+    faiss_store = pytest.importorskip(
+        "llama_index.vector_stores.faiss", reason="needs llama-index-vector-stores-faiss (not installed here)"
+    )
+    import faiss
+
+    index = {"IndexFlatL2": faiss.IndexFlatL2, "IndexFlatIP": faiss.IndexFlatIP}.get(kind)
+    index = faiss.IndexHNSWFlat(DIM, 32) if index is None else index(DIM)
+    theirs, ours = faiss_store.FaissVectorStore(faiss_index=index), NormRankVectorStore(dim=DIM)
+    nodes = make_nodes(embedded=True)
+    for node in nodes:  # unit vectors: FAISS's L2 and inner product then rank by the cosine
+        node.embedding = (np.asarray(node.embedding) / np.linalg.norm(node.embedding)).tolist()
+    positions = {str(p): n.node_id for p, n in enumerate(nodes)}
+    assert [positions[i] for i in theirs.add(nodes)] == ours.add(nodes)
+    for j in range(2):
+        unit = np.asarray(EMB._table[f"query {j}"]) / np.linalg.norm(EMB._table[f"query {j}"])
+        q = VectorStoreQuery(query_embedding=unit.tolist(), similarity_top_k=5)
+        a, b = theirs.query(q), ours.query(q)
+        # unit query and nodes: inner product = cosine, squared L2 = 2 - 2 cosine
+        sims = list(a.similarities) if kind == "IndexFlatIP" else [1 - d / 2 for d in a.similarities]
+        assert [positions[i] for i in a.ids] == b.ids
+        np.testing.assert_allclose(sims, b.similarities, atol=1e-5)
+
+
 if __name__ == "__main__":  # prints every outcome, to write the README table from
     import tempfile
 
