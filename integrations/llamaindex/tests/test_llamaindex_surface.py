@@ -431,6 +431,8 @@ EDGE: dict[str, Any] = {
     "delete_nodes(one id twice)": lambda s: s.delete_nodes(["n1", "n1"]),
     "delete_nodes(a missing id)": lambda s: s.delete_nodes(["nope"]),
     "get_nodes(no ids)": lambda s: s.get_nodes([]),
+    "get_nodes(no arguments)": lambda s: s.get_nodes(),
+    "delete_nodes(no arguments)": lambda s: s.delete_nodes(),
     "get_nodes(one id twice)": lambda s: s.get_nodes(["n1", "n1"]),
     "get_nodes(a missing id)": lambda s: s.get_nodes(["nope"]),
     "get(a missing id)": lambda s: s.get("nope"),

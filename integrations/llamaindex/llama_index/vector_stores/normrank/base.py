@@ -250,8 +250,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
-        """Delete the nodes among ``node_ids`` (all when ``None``) that pass ``filters``."""
+        """Delete the nodes among ``node_ids`` (all when ``None``) that pass ``filters``; with
+        neither given it raises (``clear()`` deletes every node): ``SimpleVectorStore`` would
+        delete every node there and ``PGVectorStore`` none, so no answer is safe for both."""
         reject_unknown(delete_kwargs, (), "delete_nodes()")
+        if node_ids is None and filters is None:
+            raise InvalidParameterError(
+                "delete_nodes() got neither node_ids nor filters: to delete every node call clear()"
+            )
         with self._store.lock:
             self._store.delete(self._select(node_ids, filters))
 
