@@ -15,6 +15,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import TextNode
 from llama_index.vector_stores.normrank import (
+    NormRankRetriever,
     NormRankVectorStore,
     UnknownArgumentError,
     UnstorableMetadataError,
@@ -84,26 +85,34 @@ def test_issue_snippets_alpha_and_typos_raise_type_error():
     assert NormRankVectorStore(dim=384, norm_alpha=-0.5).norm_alpha == -0.5
 
 
-def test_as_retriever_norm_alpha_reaches_the_search(data):
+def test_norm_alpha_reaches_the_search_from_a_retriever(data):
     _, index = build(data, norm_alpha=-0.5)
     for j in range(4):
         q = f"query {j}"
         assert ids(index.as_retriever(similarity_top_k=2).retrieve(q)) == brute(data, j, -0.5, 2)
-        assert ids(index.as_retriever(similarity_top_k=2, norm_alpha=0).retrieve(q)) == brute(data, j, 0.0, 2)
+        assert ids(NormRankRetriever(index, similarity_top_k=2, norm_alpha=0).retrieve(q)) == brute(
+            data, j, 0.0, 2
+        )
         r = index.as_retriever(similarity_top_k=3, vector_store_kwargs={"norm_alpha": 0.5})
         assert ids(r.retrieve(q)) == brute(data, j, 0.5, 3)
     assert brute(data, 0, -0.5, 2) != brute(data, 0, 0.0, 2) or brute(data, 1, -0.5, 2) != brute(
         data, 1, 0.0, 2
     )
     with pytest.raises(TypeError):
-        index.as_retriever(norm_alpha=0, vector_store_kwargs={"norm_alpha": 1})
+        NormRankRetriever(index, norm_alpha=0, vector_store_kwargs={"norm_alpha": 1})
     with pytest.raises(InvalidParameterError, match="hybrid"):
         index.as_retriever(alpha=0.3).retrieve("query 0")  # LlamaIndex's hybrid weight: refused
     with pytest.raises(TypeError, match="'norm_alpha'"):
         index.as_retriever(vector_store_kwargs={"norm_alpa": 0}).retrieve("query 0")
-    # the query engine path passes its options through as_retriever too
-    engine = index.as_query_engine(similarity_top_k=2, norm_alpha=0, llm=_mock_llm())
+    # the query engine path: as_query_engine passes vector_store_kwargs to as_retriever, and
+    # RetrieverQueryEngine takes a NormRankRetriever
+    engine = index.as_query_engine(similarity_top_k=2, vector_store_kwargs={"norm_alpha": 0}, llm=_mock_llm())
     assert ids(engine.retrieve(_bundle("query 1"))) == brute(data, 1, 0.0, 2)
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    retriever = NormRankRetriever(index, similarity_top_k=2, norm_alpha=0)
+    engine = RetrieverQueryEngine.from_args(retriever, llm=_mock_llm())
+    assert ids(engine.retrieve(_bundle("query 2"))) == brute(data, 2, 0.0, 2)
 
 
 def _mock_llm():

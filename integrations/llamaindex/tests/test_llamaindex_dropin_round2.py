@@ -1,5 +1,6 @@
 """Issue 28 (drop-in, round two), LlamaIndex side, from the user's side: misspelt retriever
-arguments raise, the index's docstore and ref_doc_info are filled as over SimpleVectorStore, MMR
+arguments raise (``NormRankRetriever``), the index's docstore and ref_doc_info are filled as over
+SimpleVectorStore (``store_nodes_override=True``, LlamaIndex's own argument), MMR
 is SimpleVectorStore's (same picks, same scores at norm_alpha = 0). Each failed on the old code;
 the reference is LlamaIndex's own SimpleVectorStore."""
 
@@ -18,7 +19,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
     VectorStoreQueryMode,
 )
-from llama_index.vector_stores.normrank import NormRankVectorStore, UnknownArgumentError
+from llama_index.vector_stores.normrank import NormRankRetriever, NormRankVectorStore, UnknownArgumentError
 
 from normrank.errors import InvalidParameterError
 
@@ -73,11 +74,12 @@ def index_over(store, **kwargs) -> VectorStoreIndex:
 def test_misspelt_retriever_arguments_raise(kwargs, hint):
     index = index_over(NormRankVectorStore(dim=DIM))
     with pytest.raises(UnknownArgumentError, match=hint):
-        index.as_retriever(**kwargs)
+        NormRankRetriever(index, **kwargs)
 
 
 def test_query_engine_arguments_still_pass_and_norm_alpha_reaches_the_store():
     from llama_index.core.llms import MockLLM
+    from llama_index.core.query_engine import RetrieverQueryEngine
 
     index = index_over(NormRankVectorStore(dim=DIM, norm_alpha=0.0))
     engine = index.as_query_engine(
@@ -85,17 +87,22 @@ def test_query_engine_arguments_still_pass_and_norm_alpha_reaches_the_store():
     )
     assert len(engine.query("query 0").source_nodes) == 3
     a = [
-        n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=5, norm_alpha=-2.0).retrieve("query 1")
+        n.node.ref_doc_id
+        for n in NormRankRetriever(index, similarity_top_k=5, norm_alpha=-2.0).retrieve("query 1")
     ]
     b = [n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=5).retrieve("query 1")]
     assert a != b  # the per-retriever alpha reached the search
-    simple = index_over(SimpleVectorStore())
-    simple.as_retriever(nrom_alpha=1)  # other stores are untouched (LlamaIndex drops it there)
+    retriever = NormRankRetriever(index, similarity_top_k=5, norm_alpha=-2.0)
+    engine = RetrieverQueryEngine.from_args(retriever, llm=MockLLM(), response_mode="compact")
+    assert [n.node.ref_doc_id for n in engine.query("query 1").source_nodes] == a
+    with pytest.raises(UnknownArgumentError, match="NormRankVectorStore"):
+        NormRankRetriever(index_over(SimpleVectorStore()))  # over another store: as_retriever()
 
 
 # ---------------------------------------------------------------------- 8: docstore and ref_doc_info
 def test_docstore_and_ref_doc_info_are_filled_as_over_simple(tmp_path):
-    ours, simple = index_over(NormRankVectorStore(dim=DIM)), index_over(SimpleVectorStore())
+    ours = index_over(NormRankVectorStore(dim=DIM), store_nodes_override=True)  # LlamaIndex's argument
+    simple = index_over(SimpleVectorStore())
     assert len(ours.docstore.docs) == len(simple.docstore.docs) == N
     assert sorted(ours.ref_doc_info) == sorted(simple.ref_doc_info) == sorted(f"d{i}" for i in range(N))
     changed = [
@@ -109,15 +116,16 @@ def test_docstore_and_ref_doc_info_are_filled_as_over_simple(tmp_path):
     ctx = StorageContext.from_defaults(
         persist_dir=str(tmp_path), vector_store=NormRankVectorStore.from_persist_dir(str(tmp_path))
     )
-    again = load_index_from_storage(ctx, embed_model=EMB)
+    again = load_index_from_storage(ctx, embed_model=EMB, store_nodes_override=True)
     assert sorted(again.ref_doc_info) == sorted(ours.ref_doc_info)
     assert [n.node.ref_doc_id for n in again.as_retriever(similarity_top_k=4).retrieve("query 2")] == [
         n.node.ref_doc_id for n in ours.as_retriever(similarity_top_k=4).retrieve("query 2")
     ]
 
 
-def test_nodes_in_the_store_alone_when_asked():
-    index = index_over(NormRankVectorStore(dim=DIM), store_nodes_override=False)
+def test_nodes_in_the_store_alone_by_default():
+    # LlamaIndex's default for a store that keeps text (as PGVectorStore): nothing patched
+    index = index_over(NormRankVectorStore(dim=DIM))
     assert not index.docstore.docs
     with pytest.raises(NotImplementedError):
         _ = index.ref_doc_info
@@ -161,7 +169,10 @@ def test_mmr_with_filters_equals_simple_vector_store():
 def test_mmr_threshold_out_of_range_is_refused():
     index = index_over(NormRankVectorStore(dim=DIM))
     with pytest.raises(InvalidParameterError, match="mmr_threshold"):
-        index.as_retriever(vector_store_query_mode="mmr", mmr_threshold=1.5).retrieve("query 0")
+        NormRankRetriever(index, vector_store_query_mode="mmr", mmr_threshold=1.5).retrieve("query 0")
+    with pytest.raises(InvalidParameterError, match="mmr_threshold"):
+        kwargs = {"mmr_threshold": 1.5}
+        index.as_retriever(vector_store_query_mode="mmr", vector_store_kwargs=kwargs).retrieve("query 0")
 
 
 def test_to_dict_round_trip_keeps_every_node():

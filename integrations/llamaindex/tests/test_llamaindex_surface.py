@@ -90,9 +90,15 @@ def fresh_store(cls: type) -> Any:
     return cls() if cls is SimpleVectorStore else cls(dim=DIM)
 
 
+def index_kwargs(cls: type) -> dict[str, Any]:
+    """The README's drop-in line: over NormRankVectorStore, ``store_nodes_override=True`` (LlamaIndex's
+    own argument) fills the index's docstore as over SimpleVectorStore."""
+    return {} if cls is SimpleVectorStore else {"store_nodes_override": True}
+
+
 def build_index(cls: type) -> VectorStoreIndex:
     ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
-    return VectorStoreIndex(make_nodes(), storage_context=ctx, embed_model=EMB)
+    return VectorStoreIndex(make_nodes(), storage_context=ctx, embed_model=EMB, **index_kwargs(cls))
 
 
 # ---------------------------------------------------------------------- comparable forms
@@ -307,7 +313,9 @@ def _run_index(call: Call, cls: type, tmp: Path) -> tuple[str, Any]:
         if call.method == "from_documents":
             docs = [Document(id_=f"d{i}", text=f"doc {i}", metadata={"group": i % 3}) for i in range(N)]
             ctx = StorageContext.from_defaults(vector_store=fresh_store(cls))
-            index = VectorStoreIndex.from_documents(docs, storage_context=ctx, embed_model=EMB)
+            index = VectorStoreIndex.from_documents(
+                docs, storage_context=ctx, embed_model=EMB, **index_kwargs(cls)
+            )
             return "ok", ("index", index_state(index))
         index = build_index(cls)
         kwargs = {a: value(call, a, cls, tmp) for a in [*call.args, *call.kwargs]}
@@ -386,6 +394,103 @@ def classify(theirs: tuple[str, Any], ours: tuple[str, Any]) -> str:
     return "same" if theirs[1] == ours[1] else "difference"
 
 
+# ---------------------------------------------------------------------- edge arguments
+# The calls above pass ordinary arguments; these pass what users pass by accident or on purpose:
+# empty lists, duplicates, k <= 0, missing ids, None / "" / [] values, a filter across kinds,
+# ties, and each FAISS index kind the store's factory= takes. Shared with the PGVectorStore peer
+# (test_llamaindex_surface_postgres.py), which runs the same calls on a real server.
+def edge_nodes() -> list[TextNode]:
+    nodes = make_nodes(embedded=True)
+    extra = {0: {"tags": []}, 1: {"tags": ""}, 2: {"tags": None}, 3: {"tags": ["a", "b"]}, 4: {"name": "x4"}}
+    for i, meta in extra.items():
+        nodes[i].metadata.update(meta)
+    return nodes
+
+
+def _node(node_id: str, vec: Any, **meta: Any) -> TextNode:
+    return TextNode(id_=node_id, text="doc 0", metadata=meta, embedding=[float(v) for v in vec])
+
+
+def _q(k: int = 4, mode: str = "default", **fields: Any) -> VectorStoreQuery:
+    return VectorStoreQuery(query_embedding=EMB._table["query 1"], similarity_top_k=k, mode=mode, **fields)
+
+
+def _f(key: str, op: str, value: Any = None) -> MetadataFilters:
+    return MetadataFilters(filters=[MetadataFilter(key=key, operator=op, value=value)])
+
+
+_Q = EMB._table["query 1"]
+EDGE: dict[str, Any] = {
+    "add(no nodes)": lambda s: s.add([]),
+    "add(one id twice in a batch)": lambda s: s.add([_node("x", _Q), _node("x", [-v for v in _Q])]),
+    "add(an existing id)": lambda s: s.add([_node("n3", _Q)]),
+    "add(a node without embedding)": lambda s: s.add([TextNode(id_="x", text="doc 0")]),
+    "add(metadata value None)": lambda s: s.add([_node("x", _Q, tags=None)]),
+    "delete(a missing ref_doc_id)": lambda s: s.delete("nope"),
+    "delete_nodes(no ids)": lambda s: s.delete_nodes([]),
+    "delete_nodes(one id twice)": lambda s: s.delete_nodes(["n1", "n1"]),
+    "delete_nodes(a missing id)": lambda s: s.delete_nodes(["nope"]),
+    "get_nodes(no ids)": lambda s: s.get_nodes([]),
+    "get_nodes(no arguments)": lambda s: s.get_nodes(),
+    "delete_nodes(no arguments)": lambda s: s.delete_nodes(),
+    "get_nodes(one id twice)": lambda s: s.get_nodes(["n1", "n1"]),
+    "get_nodes(a missing id)": lambda s: s.get_nodes(["nope"]),
+    "get(a missing id)": lambda s: s.get("nope"),
+    "query(k=0)": lambda s: s.query(_q(0)),
+    "query(k=-1)": lambda s: s.query(_q(-1)),
+    "query(k > nodes)": lambda s: s.query(_q(N + 5)),
+    "query(mode=mmr, k=0)": lambda s: s.query(_q(0, "mmr")),
+    "query(mode=mmr, k > nodes)": lambda s: s.query(_q(N + 5, "mmr")),
+    "query(node_ids=no ids)": lambda s: s.query(_q(node_ids=[])),
+    "query(node_ids=a missing id)": lambda s: s.query(_q(node_ids=["nope"])),
+    "query(node_ids=one id twice)": lambda s: s.query(_q(node_ids=["n1", "n1", "n2"])),
+    "query(doc_ids=no ids)": lambda s: s.query(_q(doc_ids=[])),
+    "query(doc_ids=a missing id)": lambda s: s.query(_q(doc_ids=["nope"])),
+    "query(filters=an empty list)": lambda s: s.query(_q(filters=MetadataFilters(filters=[]))),
+    "query(IS_EMPTY over empty list, empty string, None, missing)": lambda s: s.query(
+        _q(N, filters=_f("tags", "is_empty"))
+    ),
+    "query(IN an empty list)": lambda s: s.query(_q(filters=_f("group", "in", []))),
+    "query(NIN an empty list)": lambda s: s.query(_q(filters=_f("group", "nin", []))),
+    "query(GT a number on a string field)": lambda s: s.query(_q(filters=_f("name", ">", 1))),
+    "query(GT a string on a number field)": lambda s: s.query(_q(filters=_f("group", ">", "a"))),
+    "query(CONTAINS on a number field)": lambda s: s.query(_q(filters=_f("group", "contains", "a"))),
+    "query(TEXT_MATCH on a list field)": lambda s: s.query(_q(filters=_f("tags", "text_match", "a"))),
+    "query(ties: equal scores)": lambda s: (s.add([_node("z", _Q), _node("a", _Q)]), s.query(_q(2)))[1],
+}
+
+
+def edge_outcome(name: str, make: Any) -> tuple[str, Any]:
+    """(outcome, summary) of edge call ``name`` on a store ``make()`` returns, filled with edge_nodes."""
+    try:
+        store = make()
+        store.add(edge_nodes())
+        out = EDGE[name](store)
+        return "ok", (summary(out), store_state(store))
+    except Exception as e:
+        return "raised", e
+
+
+FACTORIES = ["Flat", "HNSW32", "IDMap,Flat", "IVF2,Flat", "PQ2", "SQ8"]
+
+
+def edge_calls() -> dict[str, str]:
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in EDGE:
+            pair = [
+                edge_outcome(name, lambda c=c: fresh_store(c))
+                for c in (SimpleVectorStore, NormRankVectorStore)
+            ]
+            out[f"edge {name}"] = classify(*pair)
+        for factory in FACTORIES:  # what factory= a user may pass; SimpleVectorStore is exact
+            ours = edge_outcome("query(k > nodes)", lambda f=factory: NormRankVectorStore(dim=DIM, factory=f))
+            theirs = edge_outcome("query(k > nodes)", SimpleVectorStore)
+            out[f"edge NormRankVectorStore(factory={factory!r})"] = classify(theirs, ours)
+    return out
+
+
 def surface_outcomes(tmp: Path) -> dict[str, str]:
     out = {}
     with warnings.catch_warnings():
@@ -406,7 +511,7 @@ def surface_outcomes(tmp: Path) -> dict[str, str]:
             else:
                 pair = [run_query(call, c) for c in (SimpleVectorStore, NormRankVectorStore)]
             out[call.label] = classify(*pair)
-    return out
+    return out | edge_calls()
 
 
 def readme_table() -> list[tuple[str, str, str]]:
@@ -464,6 +569,34 @@ def test_counts(outcomes, capsys):
     assert said, "the README's count sentence is missing"
     have = (len(outcomes), counts["same"], counts["difference"], counts["refusal"])
     assert tuple(int(x) for x in said.groups()) == have, f"the README's counts are stale: now {have}"
+
+
+@pytest.mark.parametrize("kind", ["IndexFlatL2", "IndexFlatIP", "IndexHNSWFlat"])
+def test_each_faiss_index_kind_of_faiss_vector_store(kind):
+    """FaissVectorStore over each FAISS index a user may hand it, against this store at
+    norm_alpha = 0 on unit vectors: the same nodes, and the scores by docs/llamaindex.md's
+    conversion (an L2 index returns squared distances: similarity = 1 - L2² / 2)."""
+    faiss_store = pytest.importorskip(
+        "llama_index.vector_stores.faiss", reason="needs llama-index-vector-stores-faiss (not installed here)"
+    )
+    import faiss
+
+    index = {"IndexFlatL2": faiss.IndexFlatL2, "IndexFlatIP": faiss.IndexFlatIP}.get(kind)
+    index = faiss.IndexHNSWFlat(DIM, 32) if index is None else index(DIM)
+    theirs, ours = faiss_store.FaissVectorStore(faiss_index=index), NormRankVectorStore(dim=DIM)
+    nodes = make_nodes(embedded=True)
+    for node in nodes:  # unit vectors: FAISS's L2 and inner product then rank by the cosine
+        node.embedding = (np.asarray(node.embedding) / np.linalg.norm(node.embedding)).tolist()
+    positions = {str(p): n.node_id for p, n in enumerate(nodes)}
+    assert [positions[i] for i in theirs.add(nodes)] == ours.add(nodes)
+    for j in range(2):
+        unit = np.asarray(EMB._table[f"query {j}"]) / np.linalg.norm(EMB._table[f"query {j}"])
+        q = VectorStoreQuery(query_embedding=unit.tolist(), similarity_top_k=5)
+        a, b = theirs.query(q), ours.query(q)
+        # unit query and nodes: inner product = cosine, squared L2 = 2 - 2 cosine
+        sims = list(a.similarities) if kind == "IndexFlatIP" else [1 - d / 2 for d in a.similarities]
+        assert [positions[i] for i in a.ids] == b.ids
+        np.testing.assert_allclose(sims, b.similarities, atol=1e-5)
 
 
 if __name__ == "__main__":  # prints every outcome, to write the README table from

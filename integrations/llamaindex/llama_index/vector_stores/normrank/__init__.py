@@ -1,5 +1,6 @@
 """LlamaIndex integration of normrank: ranking by cos(q, d)·‖d‖^norm_alpha with the norm kept."""
 
+from llama_index.vector_stores.normrank._filters import FilterTypeError
 from llama_index.vector_stores.normrank.base import NormRankVectorStore
 from llama_index.vector_stores.normrank.embeddings import NormRankEmbedding
 from llama_index.vector_stores.normrank.ingestion import (
@@ -8,18 +9,18 @@ from llama_index.vector_stores.normrank.ingestion import (
     add_norm_metadata,
 )
 from llama_index.vector_stores.normrank.postprocessor import NormReweightPostprocessor
-from llama_index.vector_stores.normrank.retriever_kwargs import install as _route_retriever_kwargs
+from llama_index.vector_stores.normrank.retriever import NormRankRetriever
 
 from normrank.store.checks import UnknownArgumentError, UnstorableMetadataError
 from normrank.store.keyed_store import StoreNotFoundError
 from normrank.unit_norms import UnitNormWarning
 
-_route_retriever_kwargs()  # as_retriever(norm_alpha=...) reaches the store: see retriever_kwargs
-
 __all__ = [
     "NORM_KEY",
+    "FilterTypeError",
     "NormMetadataTransform",
     "NormRankEmbedding",
+    "NormRankRetriever",
     "NormRankVectorStore",
     "NormReweightPostprocessor",
     "StoreNotFoundError",

@@ -4,7 +4,9 @@ For a store kept in PostgreSQL (``NormRankVectorStore.from_postgres``): the tree
 (:data:`normrank.backends.pgvector_records.Where`) says what :mod:`._filters` decides in Python,
 operator by operator (a missing key matches only NE, NIN and IS_EMPTY; Python's ``==`` and
 order otherwise). CONTAINS, ANY, ALL, TEXT_MATCH and list or NaN values give ``None``: that
-query stays in Python, exact all the same.
+query stays in Python, exact all the same. A filter across kinds (``GT 1`` on a string field)
+never reaches SQL: the store raises ``FilterTypeError`` first, having looked at every node's
+value in Python (:func:`._filters.check_kinds`), where SQL would compare JSON and match nothing.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
-from llama_index.vector_stores.normrank._filters import matches
+from llama_index.vector_stores.normrank._filters import check_kinds, matches
 from llama_index.vector_stores.normrank._sql_filters import sql_where
 
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
@@ -129,6 +130,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             k: v for k, v in kwargs.items() if k not in ("stores_text", "flat_metadata", "is_embedding_query")
         }
         reject_unknown(extra, ("dim", "norm_alpha", "factory"), "NormRankVectorStore()", _ALPHA_HINT)
+        _refuse_untrained(factory, dim)
         store = KeyedStore(
             alpha=norm_alpha, factory=factory, dim=dim, alpha_name="norm_alpha", raw_hint=_RAW_HINT
         )
@@ -227,8 +229,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         self.dim = self._store.dim
         return ids
 
+    def _check_kinds(self, filters: MetadataFilters | None) -> None:
+        """A filter across kinds raises (FilterTypeError), looking at every node: never []."""
+        if filters is not None and filters.filters:
+            check_kinds(filters, (r["data"] for r in self._store.records.values()))
+
     def _select(self, node_ids: list[str] | None, filters: MetadataFilters | None) -> list[str]:
         records = self._store.records
+        self._check_kinds(filters)
         pool = list(records) if node_ids is None else [i for i in node_ids if i in records]
         return [i for i in pool if matches(filters, records[i]["data"])]
 
@@ -244,8 +252,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
-        """Delete the nodes among ``node_ids`` (all when ``None``) that pass ``filters``."""
+        """Delete the nodes among ``node_ids`` (all when ``None``) that pass ``filters``; with
+        neither given it raises (``clear()`` deletes every node): ``SimpleVectorStore`` would
+        delete every node there and ``PGVectorStore`` none, so no answer is safe for both."""
         reject_unknown(delete_kwargs, (), "delete_nodes()")
+        if node_ids is None and filters is None:
+            raise InvalidParameterError(
+                "delete_nodes() got neither node_ids nor filters: to delete every node call clear()"
+            )
         with self._store.lock:
             self._store.delete(self._select(node_ids, filters))
 
@@ -318,6 +332,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             where = sql_where(query.filters, query.node_ids, query.doc_ids)
         how = {"passes": pred} if where is None else {"where": where}
         with self._store.lock:
+            self._check_kinds(query.filters)
             if query.mode == VectorStoreQueryMode.MMR:
                 lam = kwargs.get("mmr_threshold", query.mmr_threshold)
                 ids, scores = self._mmr(query.query_embedding, k, alpha, how, 0.5 if lam is None else lam)
@@ -427,10 +442,12 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         needed only to create the table; ``norm_alpha=`` overrides the kept one for this object,
         ``persist`` keeps it); ``MetadataFilters``, ``node_ids`` and ``doc_ids`` run in SQL where
         they can.
-        ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`."""
+        ``index_options`` go to :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`.
+        ``connection_string`` may be PGVectorStore's SQLAlchemy form too
+        (``postgresql+psycopg2://...``, ``postgresql+asyncpg://...``, or a ``sqlalchemy.URL``)."""
         from normrank.backends.pgvector_records import PgVectorRecordIndex
 
-        index = PgVectorRecordIndex(connection_string, table_name, embed_dim, **index_options)
+        index = PgVectorRecordIndex(_libpq_uri(connection_string), table_name, embed_dim, **index_options)
         core = KeyedStore.from_index(
             index, check_record=_check_record, alpha=norm_alpha, alpha_name="norm_alpha", raw_hint=_RAW_HINT
         )
@@ -487,6 +504,34 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             fs=fs,
             index=index,
         )
+
+
+def _refuse_untrained(factory: Any, dim: int | None) -> None:
+    """Refuse at construction a factory whose FAISS index needs training (IVF, PQ, SQ...): the
+    store never trains one, so its first add would fail with advice (train(x)) no user can follow."""
+    if not isinstance(factory, str) or factory == "Flat":
+        return
+    import faiss
+
+    try:
+        trained = faiss.index_factory(dim or 96, factory, faiss.METRIC_INNER_PRODUCT).is_trained
+    except Exception:  # a malformed factory: the store's own check says what is wrong
+        return
+    if not trained:
+        raise InvalidParameterError(
+            f"factory={factory!r} builds a FAISS index that must be trained before the first add, and "
+            "NormRankVectorStore does not train one: use 'Flat' (exact) or 'HNSW32' (approximate)"
+        )
+
+
+def _libpq_uri(connection: Any) -> Any:
+    """The libpq URI psycopg takes, from SQLAlchemy's forms of it (the driver after ``+`` dropped):
+    a PGVectorStore user's connection string works unchanged."""
+    if hasattr(connection, "render_as_string"):  # a sqlalchemy.URL: str() would hide the password
+        connection = connection.render_as_string(hide_password=False)
+    if isinstance(connection, str):
+        return re.sub(r"^postgres(?:ql)?\+\w+://", "postgresql://", connection)
+    return connection
 
 
 def _local_only(fs: fsspec.AbstractFileSystem | None) -> None:
