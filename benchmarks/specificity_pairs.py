@@ -136,10 +136,17 @@ def run(pairs: dict[str, list], models: list[str], only_cached: bool, permutatio
                 missing[f"{source}:{model}"] = "not encoded (--only-cached)"
                 continue
             kw = {"permutations": permutations, "seed": SEED}
+            plain = specificity_table(e["q"], e["s"], e["g"], e["len_s"], e["len_g"], **kw)
+            # Repetition against length: a text twice as long has, by the plain fit's law, its norm
+            # times 2**b; the repeated general's norm against its single copy's, per pair
+            ratio = np.linalg.norm(e["g2"], axis=1) / np.linalg.norm(e["g"], axis=1)
+            law = np.exp(plain["fit"]["slope"] * np.log(e["len_g2"] / e["len_g"]))
             rows.append({
                 "source": source, "model": model, "label": LABELS.get(model, model), "unit": e["unit"],
                 "repeated": specificity_table(e["q"], e["s"], e["g2"], e["len_s"], e["len_g2"], **kw),
-                "plain": specificity_table(e["q"], e["s"], e["g"], e["len_s"], e["len_g"], **kw),
+                "plain": plain,
+                "repetition": {"median_norm_ratio": float(np.median(ratio)), "median_law_ratio": float(np.median(law)),
+                               "pct_above_law": 100.0 * float(np.mean(ratio > law))},
                 "deltas": {"repeated": (np.linalg.norm(e["s"], axis=1) - np.linalg.norm(e["g2"], axis=1)).tolist(),
                            "plain": (np.linalg.norm(e["s"], axis=1) - np.linalg.norm(e["g"], axis=1)).tolist()},
             })  # fmt: skip

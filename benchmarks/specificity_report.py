@@ -77,6 +77,24 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"{_f(fit['slope'], '{:+.3f}')}, {fit['r2']:.2f} | "
                 f"{_f(res['z'])}, {_f(res['pct_norm_down'], '{:.1f}%')} ({_p(res['p'])}) |"
             )
+    out += [
+        "",
+        "## What repetition does to the norm",
+        "",
+        "The general answer repeated against its single copy: the median of ‖g×2‖ / ‖g‖, and what the "
+        "plain protocol's length law (log‖x‖ = a + b log tokens) predicts for a text of the repeated "
+        "one's length, 2^b; *above the law*: share of pairs whose repeated general keeps more norm "
+        "than a text that long would have.",
+        "",
+        "| source | model | median ‖g×2‖ / ‖g‖ | length law (2^b) | above the law |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        rep = r["repetition"]
+        out.append(
+            f"| {src.get(r['source'], r['source'])} | {r['label']} | {rep['median_norm_ratio']:.3f} | "
+            f"{rep['median_law_ratio']:.3f} | {rep['pct_above_law']:.1f}% |"
+        )
     out += ["", "## The pairs", ""]
     for s, info in meta["pairs"].items():
         out.append(
