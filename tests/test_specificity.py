@@ -216,7 +216,8 @@ def test_specificity_table_residual_removes_a_pure_length_law():
     assert t["all"]["pct_norm_down"] == pytest.approx(100 * np.mean(delta < 0))
     assert t["all"]["z"] > 10  # the shorter specific answers have the larger norms
     assert t["fit"]["slope"] == pytest.approx(-0.2) and t["fit"]["r2"] == pytest.approx(1.0)
-    assert np.abs(t["residual"]["mean_delta"]) < 1e-9  # nothing left once length is regressed out
+    assert t["residual"]["mean_delta"] == 0.0 and t["residual"]["z"] == 0.0  # nothing left
+    assert t["residual"]["pct_norm_down"] == 0.0 and t["residual"]["p"] == 1.0
     cos_s = (q * s).sum(1) / np.linalg.norm(q, axis=1) / np.linalg.norm(s, axis=1)
     cos_g = (q * g).sum(1) / np.linalg.norm(q, axis=1) / np.linalg.norm(g, axis=1)
     assert t["all"]["pct_cos_down"] == pytest.approx(100 * np.mean(cos_s < cos_g))
