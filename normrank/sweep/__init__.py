@@ -17,6 +17,7 @@ One step per module, flowing one way::
     ranx_check   cross-checks and the baseline with ranx        ranx_cross_check
     calibration  pooled AUROC / threshold of cos, q- and sym.   calibration
     diagnosis    one collection, one verdict                    diagnose, Diagnosis
+    specificity  Table 5: specific vs general answer norms       specificity_table
     report, plot sweep.json / .md / per_query.csv, the figures  write_all (the CLI calls it)
 """
 
