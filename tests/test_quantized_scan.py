@@ -11,6 +11,7 @@ import pytest
 from conftest import assert_same_topk, clustered
 
 from normrank import NormIndex
+from normrank.settings import SCAN_PREFIX_BYTES
 
 D = 32
 KINDS = ["IVF8,PQ8", "IVF8,SQ8", "HNSW32,SQ8", "HNSW32", "IVF8,Flat"]
@@ -51,9 +52,12 @@ def test_exact_against_the_codes_reconstructions(factory, alpha):
         singles = [idx.search(q[i], 10, alpha=alpha) for i in range(q.shape[0])]
         assert_same_topk(ref, idx.ids, *(np.vstack(v) for v in zip(*singles, strict=True)), 10, tol=2e-5)
         assert stats.path == "scan" and stats.depth <= max(10, stats.depth)
-    # The search cache holds an int32 order, a 1/64 weight sample and the weights in use: no rows.
+    # The search cache holds an int32 order, a 1/64 weight sample, the weights in use and of the
+    # rows only the scan's prefix, within its fixed budget.
     n = idx.ntotal
-    assert idx._cache.nbytes <= 4 * n + 4 * n * len(idx._cache.powers) + n
+    prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
+    assert prefix <= SCAN_PREFIX_BYTES
+    assert idx._cache.nbytes - prefix <= 4 * n + 4 * n * len(idx._cache.powers) + n
 
 
 def test_single_queries_with_tombstones_and_few_documents():

@@ -266,8 +266,8 @@ def test_latency_case_is_the_general_path_bit_for_bit(kind):
 
 def test_latency_case_keeps_a_bounded_number_of_weightings():
     """One query at a time over many alphas: the cache keeps a bounded number of weightings,
-    one order, and no vectors."""
-    from normrank.settings import WEIGHT_CACHE_ENTRIES
+    one order, and of the vectors only a prefix within its budget."""
+    from normrank.settings import SCAN_PREFIX_BYTES, WEIGHT_CACHE_ENTRIES
 
     rng = np.random.default_rng(8)
     _, kinds = _index_kinds(rng)
@@ -278,4 +278,7 @@ def test_latency_case_keeps_a_bounded_number_of_weightings():
     assert 0 < len(idx._cache.powers) <= WEIGHT_CACHE_ENTRIES
     n = idx.ntotal
     assert set(idx._cache.orders) == {-1, 1} and idx._cache.ascending.nbytes == 4 * n
-    assert idx._cache.nbytes <= WEIGHT_CACHE_ENTRIES * 4 * n + 4 * n + 64 * n
+    prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
+    assert prefix <= SCAN_PREFIX_BYTES
+    # weights, the order, the id lookup (at most 12 bytes a document), the 1/64 samples
+    assert idx._cache.nbytes - prefix <= WEIGHT_CACHE_ENTRIES * 4 * n + 4 * n + 12 * n + 3 * n

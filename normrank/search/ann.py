@@ -29,6 +29,8 @@ own estimate (FAISS's search ranks by the same), so the result is exact with res
 
 from __future__ import annotations
 
+import weakref
+
 import faiss
 import numpy as np
 
@@ -138,18 +140,26 @@ class WeightOrder:
     ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
     by both signs: ``sign > 0`` reads it backwards, a view)."""
 
-    def __init__(self, ascending: np.ndarray, sign: int, rows) -> None:
+    def __init__(self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0) -> None:
         self.order = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
-        self._coarse: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._coarse: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
+        # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
+        # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
+        # index search leaves). 0: none.
+        self._prefix_bytes = int(prefix_bytes)
+        self._prefix: np.ndarray | None = None
 
     def _sample(self, weights: np.ndarray) -> np.ndarray:
-        """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array."""
+        """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
+        (held weakly: an array the cache has dropped is not kept alive here)."""
         got = self._coarse.get(id(weights))
-        if got is None or got[0] is not weights:  # the id of a freed array can be reused
+        if got is None or got[0]() is not weights:  # the id of a freed array can be reused
             if len(self._coarse) >= 8:
                 self._coarse.pop(next(iter(self._coarse)))
-            got = self._coarse[id(weights)] = (weights, -weights[self.order[::_STRIDE]].astype(np.float64))
+            sample = -weights[self.order[::_STRIDE]].astype(np.float64)
+            got = self._coarse[id(weights)] = (weakref.ref(weights), sample)
         return got[1]
 
     def w_min(self, weights: np.ndarray) -> float:
@@ -173,15 +183,49 @@ class WeightOrder:
             need[up] = np.where(i == 0, 0, np.minimum(lo + above.sum(axis=1), n))
         return need
 
-    def block(self, lo: int, hi: int) -> np.ndarray:
-        """Rows of the documents at weight ranks ``lo .. hi - 1`` (float32 ``(m, d)``)."""
-        if hasattr(self.rows, "ranks"):  # a source that keeps a prefix copy (by rank)
+    def _cached(self, hi: int) -> int:
+        """Grow the prefix copy towards ``hi`` rows (within its budget); how many it holds."""
+        have = 0 if self._prefix is None else self._prefix.shape[0]
+        if hi <= have or not self._prefix_bytes or not self.order.size:
+            return have
+        probe = self._prefix if self._prefix is not None else self._gather(0, 1)
+        cap = min(self.order.size, self._prefix_bytes // max(probe[0].nbytes, 1))
+        grow = min(cap, max(hi, 2 * have, 256))
+        if grow > have:
+            new = np.ascontiguousarray(self._gather(have, grow), dtype=np.float32)
+            self._prefix = new if self._prefix is None else np.concatenate([self._prefix, new])
+        return self._prefix.shape[0] if self._prefix is not None else 0
+
+    def _gather(self, lo: int, hi: int) -> np.ndarray:
+        if hasattr(self.rows, "ranks"):  # a source that keeps a prefix copy itself (by rank)
             return self.rows.ranks(self.order, lo, hi)
         return self.rows.gather(self.order[lo:hi])
 
+    def need_one(self, weights: np.ndarray, kth: float, c_last: float) -> int:
+        """:meth:`need` of one query, on scalars (the latency case: a handful of numpy calls)."""
+        n = self.order.size
+        if c_last <= 0:
+            return 0 if kth >= c_last * self.w_min(weights) else n
+        x = kth / c_last
+        i = int(self._sample(weights).searchsorted(-x))
+        if i == 0:
+            return 0
+        lo = (i - 1) * _STRIDE
+        return lo + int(np.count_nonzero(weights[self.order[lo : lo + _STRIDE]] > x))
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """Rows of the documents at weight ranks ``lo .. hi - 1`` (float32 ``(m, d)``)."""
+        have = self._cached(hi)
+        if hi <= have:
+            return self._prefix[lo:hi]
+        if lo >= have:
+            return self._gather(lo, hi)
+        return np.concatenate([self._prefix[lo:have], self._gather(have, hi)])
+
     def inner(self, q: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """``q . x`` of the documents at weight ranks ``lo .. hi - 1`` (float32 ``q``)."""
-        if hasattr(self.rows, "inner"):
+        have = self._cached(hi)
+        if lo >= have and hasattr(self.rows, "inner"):
             return self.rows.inner(q, self.order[lo:hi])
         rows = np.ascontiguousarray(self.block(lo, hi), dtype=np.float32)
         out = np.empty(rows.shape[0], dtype=np.float32)
@@ -202,7 +246,8 @@ class WeightOrder:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes for _, s in self._coarse.values()) + int(getattr(self.rows, "nbytes", 0))
+        prefix = 0 if self._prefix is None else self._prefix.nbytes
+        return sum(s.nbytes for _, s in self._coarse.values()) + prefix
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -305,6 +350,10 @@ def rerank(
         plan = SearchPlan(cos.shape[1], trust_depth or cos.shape[1], band_start)
     depth = cos.shape[1]
     stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), "scan" if order else "overfetch"
+    if unit_q.shape[0] == 1 and depth >= k:
+        got = _rerank_one(cos[0], cand[0], unit_q[0], k, weights, lookup, plan, order, stats)
+        if got is not None:
+            return got[0][None], got[1][None]
     pos = lookup(cand)
     valid = pos >= 0
     safe = np.maximum(pos, 0)
@@ -325,6 +374,24 @@ def rerank(
     return _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, plan.band, stats)
 
 
+def _rerank_one(cos, cand, q, k, weights, lookup, plan, order, stats):
+    """:func:`rerank` of one query whose candidates are all live documents, on 1-D arrays and
+    scalars (numpy's fixed cost per call is most of what a single query adds); None for
+    anything else (pads, tombstones, non-finite scores): the general path decides."""
+    pos = lookup(cand)
+    if pos.min() < 0:
+        return None
+    rescored = cos * weights[pos]
+    top = np.argsort(-rescored, kind="stable")[:k]
+    s, p = rescored[top], pos[top]
+    if not (np.isfinite(s[0]) and np.isfinite(s[-1])):
+        return None
+    if order is None:
+        return s, p
+    c_last = float(cos[min(cos.size, max(k, plan.trust)) - 1])
+    return _scan_one(q, s, p, pos, c_last, weights, order, plan.band, stats)
+
+
 def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
     """One query's weight-order scan (the latency case): blocks of rows scored by FAISS's inner
     products straight from storage, merged into ``s`` / ``p`` (best first)."""
@@ -335,7 +402,7 @@ def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
     scanned = 0
     while True:
         kth = float(s[-1])
-        need = int(order.need(weights, np.array([kth]), np.array([c_last]))[0])
+        need = order.need_one(weights, kth, c_last)
         if need <= scanned:
             return s, p
         stop = int(min(n, need, max(band if scanned == 0 else n, k, scanned + 1)))

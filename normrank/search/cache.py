@@ -1,7 +1,9 @@
 """What searches derive from one state of a :class:`~normrank.NormIndex`: owned by the index,
 built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
 stale. Per document it holds one int32 (the weight order) and, bounded by
-:data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; no vectors."""
+:data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
+the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
+of the index."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 from normrank.scoring import norm_weight
 from normrank.search.ann import IdLookup, WeightOrder
 from normrank.search.rows import PrefixCopy
-from normrank.settings import SEARCH_CACHE_BYTES, WEIGHT_CACHE_ENTRIES
+from normrank.settings import SCAN_PREFIX_BYTES, SEARCH_CACHE_BYTES, WEIGHT_CACHE_ENTRIES
 
 __all__ = ["SearchCache"]
 
@@ -25,7 +27,8 @@ class SearchCache:
             ``WEIGHT_CACHE_ENTRIES`` used, within ``SEARCH_CACHE_BYTES``.
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.ann.WeightOrder` per sign of alpha (views of
-            ``ascending`` and the row source: a few hundred bytes, plus a 1/64 weight sample).
+            ``ascending`` and the row source, a 1/64 weight sample, and a contiguous copy of
+            the first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan reads document rows (:mod:`normrank.search.rows`), set by the
             searcher at the state's first ANN search.
@@ -76,8 +79,11 @@ class SearchCache:
             if self.ascending is None:
                 small = np.int32 if base.size < 2**31 - 1 else np.int64
                 self.ascending = np.argsort(base, kind="stable").astype(small)
-            source = PrefixCopy(rows) if callable(rows) else rows
-            order = self.orders[sign] = WeightOrder(self.ascending, sign, source)
+            if callable(rows):  # rows fetched by a round trip: the source keeps its own copy
+                order = WeightOrder(self.ascending, sign, PrefixCopy(rows))
+            else:  # half the scan budget per sign
+                order = WeightOrder(self.ascending, sign, rows, SCAN_PREFIX_BYTES // 2)
+            self.orders[sign] = order
         return order
 
     @property

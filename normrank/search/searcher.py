@@ -178,6 +178,13 @@ class OneQuery:
             return None
         unit_q, a = one
         stats = stats if stats is not None else SearchStats()
+        if a == 0 and not self._n_removed and ann != "overfetch":
+            # Cosine: FAISS's own answer, its ids as they are (no id round trip).
+            cos, cand = _ann._search(self._index, unit_q, k, self._breadth().get("efSearch"))
+            if cand[0, -1] >= 0:
+                stats.path, stats.depth, stats.rounds = "cosine", k, 1
+                stats.cache_bytes = self._cache.nbytes
+                return cos, cand
         args = _ann_args(self._index, self._inner, self._doc_ids, self._base, self._n_removed, self._cache,
                          k, a, factor, ann, n_tail, max_depth, self._breadth())  # fmt: skip
         s, pos = _ann.adaptive_search(self._index, unit_q, k, *args, stats=stats)
