@@ -43,9 +43,9 @@ WEIGHT_CACHE_ENTRIES = 8
 SEARCH_CACHE_BYTES = 64 << 20
 # The ANN weight-order scan keeps its first rows (the ones every query of a sign of α reads) as one
 # contiguous float32 copy, up to this many bytes in all (half per sign), whatever the index size:
-# 384-d, ~5.4k rows a sign. Random rows straight from FAISS's storage cost several times more a
-# row after an index search has emptied the caches. 0 turns it off (rows read in place only).
-SCAN_PREFIX_BYTES = 16 << 20
+# 384-d, ~1.4k rows a sign (a small index's whole scan; at 1M documents 4 bytes a document).
+# Rows past it are read where FAISS keeps them. 0 turns it off (rows read in place only).
+SCAN_PREFIX_BYTES = 4 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)
