@@ -223,15 +223,28 @@ class WeightOrder:
         return np.concatenate([self._prefix[lo:have], self._gather(have, hi)])
 
     def inner(self, q: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """``q . x`` of the documents at weight ranks ``lo .. hi - 1`` (float32 ``q``)."""
-        have = self._cached(hi)
-        if lo >= have and hasattr(self.rows, "inner"):
-            return self.rows.inner(q, self.order[lo:hi])
-        rows = np.ascontiguousarray(self.block(lo, hi), dtype=np.float32)
-        out = np.empty(rows.shape[0], dtype=np.float32)
-        faiss.fvec_inner_products_ny(
-            faiss.swig_ptr(out), faiss.swig_ptr(q), faiss.swig_ptr(rows), q.size, out.size
-        )
+        """``q . x`` of the documents at weight ranks ``lo .. hi - 1`` (float32 ``q``): the
+        prefix copy's rows where it holds them, the rest where FAISS keeps them (no copy)."""
+        have = min(self._cached(hi), hi)
+        out = np.empty(hi - lo, dtype=np.float32)
+        if have > lo:
+            rows = self._prefix[lo:have]
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(out), faiss.swig_ptr(q), faiss.swig_ptr(rows), q.size, have - lo
+            )
+        start = max(lo, have)
+        if start < hi:
+            if hasattr(self.rows, "inner"):
+                out[start - lo :] = self.rows.inner(q, self.order[start:hi])
+            else:
+                rows = np.ascontiguousarray(self._gather(start, hi), dtype=np.float32)
+                faiss.fvec_inner_products_ny(
+                    faiss.swig_ptr(out[start - lo :]),
+                    faiss.swig_ptr(q),
+                    faiss.swig_ptr(rows),
+                    q.size,
+                    hi - start,
+                )
         return out
 
     def vectors(self, stop: int) -> np.ndarray:
