@@ -13,7 +13,8 @@ import faiss
 import numpy as np
 
 from normrank import topk
-from normrank.search.ann import IdLookup, ann_params, unseen_bound
+from normrank.search.ann import IdLookup, unseen_bound
+from normrank.search.faiss_info import ann_params
 
 _GROWTH = 4
 

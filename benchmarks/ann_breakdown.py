@@ -6,9 +6,9 @@
 On the real MiniLM embeddings (the 8.4k SciFact + CACM set and all cached corpora), HNSW and IVF
 at the operating point speed.py uses (plain cosine recall >= 0.995), 100 queries one at a time,
 this thread's CPU time, medians over 5 passes. Per alpha: plain search (k = 10); the index
-searched at normrank's cosine depth; the weight-order scan after it (numba, int8 bound, in the
-order a search runs it: just after an index search of another query); everything else a call
-does is the whole call minus those, roughly (each stage is timed on its own); rows scanned. Writes
+searched at normrank's cosine depth (the plan's); the rest of a call (re-scoring and the
+weight-order scan, rows read from FAISS's storage) as the whole call minus that; rows scanned
+(``return_stats``). Writes
 ``results/ann_breakdown_<target>.md``. Not a test.
 """
 
@@ -34,7 +34,9 @@ from bench_exact import unit  # noqa: E402
 from speed import operating_point  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
-from normrank.search import ann, quantized_scan  # noqa: E402
+from normrank.search import ann  # noqa: E402
+from normrank.search.faiss_info import ann_params  # noqa: E402
+from normrank.search.plan import plan_search  # noqa: E402
 
 ALPHAS = (-1.5, -0.75, 0.5, 1.0)
 CLOCK = time.thread_time
@@ -74,38 +76,16 @@ def breakdown(docs: np.ndarray, queries: np.ndarray, kind: str, label: str) -> l
         f"| {label} | {kind} {knob} {value} | 0 | {t_plain:.0f} | {t_plain:.0f} | | {t_cos:.0f} | "
         f"{t_cos / t_plain:.2f} | |"
     ]
-    fused = quantized_scan.fused_scan(docs.shape[1])
     for a in ALPHAS:
-        ni.search(q[:1], 10, alpha=a)
-        plan = next(p for key, p in ni._cache.plans.items() if key[0] == a)
-        depth, params = plan["depth"], plan["params"]
-        t_index = per_query_us(lambda i, d=depth, p=params: ann._search(plain, qu[i : i + 1], d, p), len(q))
-        found = [ann._search(plain, qu[i : i + 1], depth, params) for i in range(len(q))]
-        pos = [plan["lookup"](c[1][0]) for c in found]
-        trust = min(depth, max(10, plan["trust_depth"]))
-        scanned = []
-
-        runner = quantized_scan.FusedScan(
-            fused, plan["order"], plan["weights"], 10, trust, plan["band_start"]
-        )
-
-        def scan(i, keep=None, found=found, pos=pos, runner=runner):
-            # another query's index search first: the scan meets the caches a search leaves
-            plain.search(qu[(i + 37) % len(q) : (i + 37) % len(q) + 1], 10)
-            t0 = CLOCK()
-            runner(np.ascontiguousarray(qu[i]), found[i][0][0], pos[i])
-            spent = CLOCK() - t0
-            if keep is not None:
-                keep.append(int(runner.out[1]))
-            return spent
-
-        for i in range(len(q)):
-            scan(i, scanned)
-        t_scan = 1e6 * float(np.median([sum(scan(i) for i in range(len(q))) for _ in range(5)])) / len(q)
+        stats = [ni.search(q[i : i + 1], 10, alpha=a, return_stats=True)[2] for i in range(len(q))]
+        plan = plan_search(10, ni.k_factor, ni.ntotal, ann_params(plain))
+        depth, trust = plan.depth, plan.trust
+        t_index = per_query_us(lambda i, d=depth, p=plan: ann._search(plain, qu[i : i + 1], d, p.ef), len(q))
+        scanned = [st.scanned for st in stats]
         t_all = per_query_us(lambda i, a=a: ni.search(q[i : i + 1], 10, alpha=a), len(q))
         out.append(
             f"| {label} | {kind} {knob} {value} | {a:g} | {t_plain:.0f} | {t_index:.0f} (depth {depth}) | "
-            f"{t_scan:.0f} ({np.mean(scanned):.0f} rows, {1e3 * t_scan / max(np.mean(scanned), 1):.0f} ns/row) | "
+            f"{t_all - t_index:.0f} ({np.mean(scanned):.0f} rows) | "
             f"{t_all:.0f} | {t_all / t_plain:.2f} | trust {trust} |"
         )
     return out

@@ -66,9 +66,10 @@ from bench_data import real_embeddings, synthetic_like  # noqa: E402
 from bench_exact import exact_top, recall, unit  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
-from normrank.search.ann import IdLookup, ann_params, default_band_start, default_start  # noqa: E402
+from normrank.search.ann import IdLookup  # noqa: E402
+from normrank.search.faiss_info import ann_params  # noqa: E402
 from normrank.search.flat import PRODUCT_BLAS  # noqa: E402
-from normrank.search.kernels import heap_kernel  # noqa: E402
+from normrank.search.plan import plan_search  # noqa: E402
 
 K = 10
 # What timed() and timed_single() read: wall time, or with --clock cpu this thread's CPU time
@@ -311,12 +312,12 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
 
         def depth_growing(z, a):
             w = (norms.astype(np.float64) ** a).astype(np.float32)
-            t = default_band_start(n, ann_params(plain))
+            t = plan_search(K, 10, n, ann_params(plain)).band
             if (t, a > 0) not in tails:
                 pos = np.argpartition(-w, t - 1)[:t]
                 tails[(t, a > 0)] = (pos, xu[pos])
             return depth_growing_search(
-                plain, unit(z), K, w, lk, start_depth=default_start(K, 10, ann_params(plain)), max_depth=n,
+                plain, unit(z), K, w, lk, start_depth=plan_search(K, 10, n, ann_params(plain)).depth, max_depth=n,
                 tail=tails[(t, a > 0)],
             )[1]  # fmt: skip
 
@@ -677,7 +678,7 @@ def main() -> None:
         "cores_visible": os.cpu_count(),
         "blas": blas_libraries(),
         "normrank_product": PRODUCT_BLAS,
-        "normrank_selection": heap_kernel(),  # "numba": fused weight-and-heap kernel; "faiss": addn
+        "normrank_selection": "faiss",  # numpy multiply + FAISS's heaps (no compiled kernel since issue 36)
         "real_corpora": used,
         "threads": THREADS,
         "clock": args.clock,

@@ -18,6 +18,8 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "SCAN_PREFIX_BYTES",
+    "SEARCH_CACHE_BYTES",
     "SWEEP_BLOCK_FLOATS",
     "WEIGHT_CACHE_ENTRIES",
     "cache_root",
@@ -34,9 +36,16 @@ def cache_root() -> Path:
 
 
 # --- the index ---------------------------------------------------------------------------------
-# Per-α derived arrays (weights w**α, weight-sorted orders) kept per index: a few α are typical
-# per application, and each entry costs one float per document.
+# Per-α weights w**α kept per index (normrank.search.cache.SearchCache): a few α are typical per
+# application, and each entry costs one float per document; at most this many entries, and at
+# most SEARCH_CACHE_BYTES for all of them (the one in use is always kept).
 WEIGHT_CACHE_ENTRIES = 8
+SEARCH_CACHE_BYTES = 64 << 20
+# The ANN weight-order scan keeps its first rows (the ones every query of a sign of α reads) as one
+# contiguous float32 copy, up to this many bytes in all (half per sign), whatever the index size:
+# 384-d, ~1.4k rows a sign (a small index's whole scan; at 1M documents 4 bytes a document).
+# Rows past it are read where FAISS keeps them. 0 turns it off (rows read in place only).
+SCAN_PREFIX_BYTES = 4 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

@@ -14,7 +14,9 @@ from conftest import assert_same_topk
 from normrank import NormIndex
 from normrank.errors import InvalidParameterError
 from normrank.search import ann as ann_module
-from normrank.search.ann import AnnStats, IdLookup, adaptive_search, scan_needed, unseen_bound
+from normrank.search.ann import IdLookup, WeightOrder, adaptive_search, scan_needed, unseen_bound
+from normrank.search.plan import SearchPlan, SearchStats, plan_search
+from normrank.search.rows import row_source
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
 K = 10
@@ -103,24 +105,24 @@ def test_bound_is_exact_when_the_index_is(data, alpha, segment, monkeypatch):
 def test_weight_order_scan_runs_to_the_end_when_needed():
     """With a cosine depth of k the bound can only hold late: a batch's rounds grow the
     weight-order scan (x ``ann._GROWTH`` = 2, capped at what its deepest open query needs) and
-    the answer is still exact; the vectors are copied only as far as scanned (at most twice)."""
+    the answer is still exact; rows are read from FAISS's storage, none copied to keep."""
     x, q = clustered(3000, 8, seed=5)
     idx = NormIndex(x.shape[1], factory="IVF8,Flat", max_depth=K, n_tail=16)
     idx.train(x)
     faiss.extract_index_ivf(idx.faiss_index).nprobe = 8
     idx.add(x)
-    stats = AnnStats()
+    stats = SearchStats()
     unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
-    order = idx._weight_order(1.0)
+    ascending = np.argsort(idx.norms, kind="stable").astype(np.int32)
+    order = WeightOrder(ascending, 1, row_source(idx.faiss_index, idx._inner, idx.ids, 0))
     w = idx._weight_for(1.0)
     scores, pos = adaptive_search(
-        idx.faiss_index, unit_q.astype(np.float32), K, w, IdLookup(idx.ids), depth=K, order=order,
-        band_start=16, stats=stats,
+        idx.faiss_index, unit_q.astype(np.float32), K, w, IdLookup(idx.ids), SearchPlan(K, K, 16),
+        order, stats=stats,
     )  # fmt: skip
     assert_same_topk(brute_scores(x, q, 1.0), idx.ids, scores, idx.ids[pos], K)
-    assert stats.rounds > 1 and stats.max_scanned > 16
-    assert order.vectors(1).shape == (1, x.shape[1])
-    assert order._vectors.shape[0] < 2 * max(stats.max_scanned, 16) + 1
+    assert stats.rounds > 1 and stats.scanned > 16
+    assert order.vectors(1).shape == (1, x.shape[1]) and order.nbytes < 3000 * 4
 
 
 @pytest.mark.parametrize("alpha", [-1.5, 1.0])
@@ -231,20 +233,19 @@ def test_bad_ann_option():
 def test_hnsw_depth_never_widens_the_beam(ef, k):
     """The cosine fetch stays inside the efSearch beam (at least k): a deeper fetch would make
     FAISS widen the beam, the costliest thing a query could add."""
-    depth = ann_module.default_start(k, 10, {"efSearch": ef})
-    assert k <= depth <= max(ef, k)
-    assert depth == (min(max(10 * k, ef // 8), max(ef, k)))
-    trust = ann_module.default_trust_depth(depth, {"efSearch": ef}, k)
-    assert trust == min(depth, max(2 * k, ef // 8))
+    plan = plan_search(k, 10, 10**6, {"efSearch": ef})
+    assert k <= plan.depth <= max(ef, k)
+    assert plan.depth == (min(max(10 * k, ef // 8), max(ef, k)))
+    assert plan.trust == min(plan.depth, max(2 * k, ef // 8))
 
 
 @pytest.mark.parametrize("nprobe", [1, 8, 64])
 def test_ivf_trusts_all_it_fetches(nprobe):
     params = {"nprobe": nprobe, "nlist": 64}
     for n in (1_000, 100_000, 10_000_000):
-        depth = ann_module.default_start(10, 10, params, n)
-        assert depth == max(100, n * nprobe // 64 // 256)
-        assert ann_module.default_trust_depth(depth, params) == depth
+        plan = plan_search(10, 10, n, params)
+        assert plan.depth == min(n, max(100, n * nprobe // 64 // 256))
+        assert plan.trust == plan.depth
 
 
 def test_small_ef_search_is_exact_without_widening(data, monkeypatch):
@@ -258,9 +259,9 @@ def test_small_ef_search_is_exact_without_widening(data, monkeypatch):
     asked = []
     real = ann_module._search
 
-    def spy(index, qs, depth, params=None):
+    def spy(index, qs, depth, ef=None):
         asked.append(depth)
-        return real(index, qs, depth, params)
+        return real(index, qs, depth, ef)
 
     monkeypatch.setattr(ann_module, "_search", spy)
     for alpha in ALPHAS:

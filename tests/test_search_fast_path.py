@@ -113,11 +113,12 @@ def test_single_queries_are_exact_when_the_index_is(alpha):
     assert_same_topk(ref, ids, *idx.search(q, 10, alpha=alpha), 10)
 
 
-def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
-    """The plan kept per alpha is keyed by FAISS's current breadth (changed on the index
-    directly, or per call) and dropped by any change of the index: every FAISS search runs at
+def test_plan_follows_the_index_breadth_and_its_state(monkeypatch):
+    """The plan follows FAISS's current breadth (changed on the index directly, or per call)
+    and the derived state is dropped by any change of the index: every FAISS search runs at
     the breadth set at that moment (or wider, never narrower), single or batched."""
-    from normrank.search import ann, searcher
+    from normrank.search import ann
+    from normrank.search.plan import plan_search
 
     used = []
     rng = np.random.default_rng(4)
@@ -125,13 +126,12 @@ def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     idx = NormIndex(D, factory="HNSW16")
     idx.add(x)
     hnsw = faiss.downcast_index(idx.faiss_index.index).hnsw
-    real = searcher.search_raw
+    real = ann.search_raw
 
     def recording(index, q, depth, params=None):
         used.append((hnsw.efSearch if params is None else max(params.efSearch, hnsw.efSearch), depth))
         return real(index, q, depth, params)
 
-    monkeypatch.setattr(searcher, "search_raw", recording)
     monkeypatch.setattr(ann, "search_raw", recording)
     q = x[0]
     for ef in (16, 64, 16, 200):
@@ -139,7 +139,7 @@ def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
         for query in (q, x[:3]):  # the latency case and a batch
             idx.search(query, 5, alpha=0.5)
             # FAISS at this breadth, the depth planned for it (a stale plan would fetch another)
-            assert used[-1] == (ef, ann.default_start(5, 10, {"efSearch": ef}, 400))
+            assert used[-1] == (ef, plan_search(5, 10, 400, {"efSearch": ef}).depth)
     hnsw.efSearch = 200
     idx.search(q, 5, alpha=0.5, ef_search=16)
     assert used[-1] == (16, 16)
@@ -147,9 +147,9 @@ def test_cached_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     idx.search(q, 5, alpha=0.5)
     assert used[-1] == (200, 50)  # and the plan at 200 is used again, not the call's
     idx.add(rng.standard_normal((5, D)).astype(np.float32))
-    assert not idx._cache.plans and idx._cache.one is None  # a new state derives everything again
+    assert not idx._cache.powers and idx._cache.one is None  # a new state derives everything again
     _, ids = idx.search(q, 5, alpha=0.5)
-    assert ids[0, 0] == 0 and len(idx._cache.plans) == 1
+    assert ids[0, 0] == 0 and len(idx._cache.powers) == 1
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
@@ -245,7 +245,7 @@ def test_latency_case_is_the_general_path_bit_for_bit(kind):
 
     for alpha in (-1.5, 0.0, 0.5, 1.0):
         agree(10, alpha)
-    assert type(idx._cache.one).__name__ == "OneQuery" and idx._cache.one._runs  # it was taken
+    assert type(idx._cache.one).__name__ == "OneQuery" and idx._cache.powers  # it was taken
     idx.alpha = -0.75
     agree(10)  # the index's default alpha
     idx.n_tail, idx.max_depth = 3, 12
@@ -264,9 +264,10 @@ def test_latency_case_is_the_general_path_bit_for_bit(kind):
             agree(10, alpha)
 
 
-def test_latency_case_keeps_a_bounded_number_of_plans():
-    """One query at a time over many alphas: the bound case keeps as many plans as the cache."""
-    from normrank.settings import WEIGHT_CACHE_ENTRIES
+def test_latency_case_keeps_a_bounded_number_of_weightings():
+    """One query at a time over many alphas: the cache keeps a bounded number of weightings,
+    one order, and of the vectors only a prefix within its budget."""
+    from normrank.settings import SCAN_PREFIX_BYTES, WEIGHT_CACHE_ENTRIES
 
     rng = np.random.default_rng(8)
     _, kinds = _index_kinds(rng)
@@ -274,5 +275,10 @@ def test_latency_case_keeps_a_bounded_number_of_plans():
     q = rng.standard_normal(D).astype(np.float32)
     for alpha in np.linspace(-2, 2, 41):
         idx.search(q, 5, alpha=float(alpha))
-    assert 0 < len(idx._cache.one._runs) <= WEIGHT_CACHE_ENTRIES
-    assert len(idx._cache.plans) <= WEIGHT_CACHE_ENTRIES
+    assert 0 < len(idx._cache.powers) <= WEIGHT_CACHE_ENTRIES
+    n = idx.ntotal
+    assert set(idx._cache.orders) == {-1, 1} and idx._cache.ascending.nbytes == 4 * n
+    prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
+    assert prefix <= SCAN_PREFIX_BYTES
+    # weights, the order, the id lookup (at most 12 bytes a document), the 1/64 samples
+    assert idx._cache.nbytes - prefix <= WEIGHT_CACHE_ENTRIES * 4 * n + 4 * n + 12 * n + 3 * n

@@ -1,12 +1,17 @@
 """The documents beside a NormIndex's FAISS index: ids in storage order, raw norms, optional
 custom weights, id -> position, tombstones and the next default id. Every check that an id
-exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree."""
+exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree.
+
+Per document: the id (int64) and the norm (float32), and id -> position as an
+:class:`~normrank.search.ann.IdLookup` (nothing for ids ``0 .. n - 1`` in order, else 4 to 12
+bytes), built at first use and dropped by any change."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from normrank.errors import DuplicateIdError, InvalidInputError, UnknownIdError
+from normrank.search.ann import IdLookup
 from normrank.validation import MAX_ID
 
 __all__ = ["DocTable"]
@@ -16,13 +21,13 @@ class DocTable:
     """Arrays are replaced on change, never written in place, so a reader holding the old ones
     sees one consistent state."""
 
-    __slots__ = ("ids", "next_id", "norms", "pos", "tombstones", "weights")
+    __slots__ = ("_lookup", "ids", "next_id", "norms", "tombstones", "weights")
 
     def __init__(self, ids, norms, weights, tombstones, next_id: int) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
         self.norms = np.asarray(norms, dtype=np.float32)
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
-        self.pos: dict[int, int] = dict(zip(self.ids.tolist(), range(self.ids.size), strict=True))
+        self._lookup: IdLookup | None = None
         self.tombstones: set[int] = set(np.asarray(tombstones).tolist())  # removed, kept (HNSW)
         derived = max([int(self.ids.max()) + 1 if self.ids.size else 0, *(t + 1 for t in self.tombstones)])
         self.next_id = max(int(next_id), derived)
@@ -32,11 +37,21 @@ class DocTable:
         """What alpha exponentiates: the custom weights, else the norms."""
         return self.norms if self.weights is None else self.weights
 
+    def lookup(self) -> IdLookup:
+        """id -> position (-1: absent), for these ids."""
+        if self._lookup is None:
+            self._lookup = IdLookup(self.ids)
+        return self._lookup
+
+    def has(self, id_: int) -> bool:
+        return bool(self.lookup()(np.array([id_], dtype=np.int64))[0] >= 0)
+
     def positions(self, ids: np.ndarray) -> np.ndarray:
-        missing = [int(i) for i in ids if int(i) not in self.pos]
-        if missing:
+        pos = self.lookup()(np.asarray(ids, dtype=np.int64).reshape(-1))
+        if (pos < 0).any():
+            missing = [int(i) for i in np.asarray(ids).reshape(-1)[pos < 0][:11]]
             raise UnknownIdError(f"unknown ids: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
-        return np.fromiter((self.pos[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+        return pos
 
     def default_ids(self, n: int) -> np.ndarray:
         """The next ``n`` default ids (after the largest id ever used)."""
@@ -47,19 +62,22 @@ class DocTable:
     def check_new(self, new_ids: np.ndarray, weights: np.ndarray | None) -> None:
         """Refuse ids in use (or removed from an index that keeps their vectors), and rows
         without weights where custom weights are set."""
-        present = [int(i) for i in new_ids if int(i) in self.pos or int(i) in self.tombstones]
+        new_ids = np.asarray(new_ids, dtype=np.int64)
+        taken = self.lookup()(new_ids) >= 0
+        if self.tombstones:
+            taken |= np.isin(new_ids, np.fromiter(self.tombstones, dtype=np.int64))
+        present = [int(i) for i in new_ids[taken][:10]]
         if present:
             raise DuplicateIdError(f"ids already in the index: {present[:10]}")
         if self.weights is not None and weights is None and new_ids.size:
             raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
 
     def append(self, new_ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None) -> None:
-        start = self.ids.size
         self.ids = np.concatenate([self.ids, new_ids])
         self.norms = np.concatenate([self.norms, norms])
         if self.weights is not None:
             self.weights = np.concatenate([self.weights, weights if weights is not None else norms])
-        self.pos.update(zip(new_ids.tolist(), range(start, start + new_ids.size), strict=True))
+        self._lookup = None
         self.next_id = max(self.next_id, int(new_ids.max()) + 1)
 
     def drop(self, ids: np.ndarray, *, tombstone: bool) -> None:
@@ -70,7 +88,7 @@ class DocTable:
         self.ids, self.norms = self.ids[keep], self.norms[keep]
         if self.weights is not None:
             self.weights = self.weights[keep]
-        self.pos = dict(zip(self.ids.tolist(), range(self.ids.size), strict=True))
+        self._lookup = None
 
     def tombstone_array(self) -> np.ndarray:
         return np.array(sorted(self.tombstones), dtype=np.int64)

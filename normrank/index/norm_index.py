@@ -22,6 +22,7 @@ from normrank.index.state import IndexState, check_state
 from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import SearchCache
 from normrank.search.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
+from normrank.search.plan import SearchStats
 from normrank.search.searcher import OneQuery, search_args, search_into
 
 __all__ = ["NormIndex"]
@@ -196,7 +197,7 @@ class NormIndex(SearchKnobs):
             return self._docs.norms[self._docs.positions(arr)]
 
     def __contains__(self, id_: object) -> bool:
-        return isinstance(id_, int | np.integer) and int(id_) in self._docs.pos
+        return isinstance(id_, int | np.integer) and self._docs.has(int(id_))
 
     # -- mutation -----------------------------------------------------------------------------
 
@@ -297,17 +298,13 @@ class NormIndex(SearchKnobs):
         if isinstance(self._inner, faiss.IndexFlat) or not self.ntotal:
             return False
         docs = self._docs
+        self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
         return OneQuery(self._index, self._inner, docs.ids, docs.base, len(docs.tombstones), self._cache)
 
     # -- search -------------------------------------------------------------------------------
 
     def _weight_for(self, alpha: float) -> np.ndarray | None:  # (for tests: what search uses)
         return self._cache.power(self._docs.base, alpha)
-
-    def _weight_order(self, alpha: float):
-        return self._cache.order(
-            self._docs.base, alpha, lambda p: self._index.reconstruct_batch(self._docs.ids[p])
-        )
 
     def search(
         self,
@@ -319,7 +316,8 @@ class NormIndex(SearchKnobs):
         nprobe: int | None = None,
         ef_search: int | None = None,
         params: faiss.SearchParameters | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        return_stats: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, SearchStats]:
         """Top-``k`` documents by ``cos(q, d) * ||d||**alpha``.
 
         Args:
@@ -331,21 +329,25 @@ class NormIndex(SearchKnobs):
             nprobe, ef_search, params: FAISS's own breadth for this call (IVF ``nprobe``, HNSW
                 ``efSearch``, or a ``faiss.SearchParametersIVF`` / ``SearchParametersHNSW``);
                 default :attr:`search_params`. Refused where the index has no such knob.
+            return_stats: also return a :class:`~normrank.search.plan.SearchStats` (what the
+                search did: cosine depth fetched, rows scanned, search-cache bytes).
 
         Returns:
             ``(scores, ids)``: float32 and int64 ``(nq, k)``, best first; ``-inf`` / ``-1`` pad
-            rows when fewer than ``k`` documents exist.
+            rows when fewer than ``k`` documents exist. With ``return_stats``, ``(scores, ids,
+            stats)``.
         """
+        stats = SearchStats()
         if k_factor is None and nprobe is None and ef_search is None and params is None:
             with self._lock:  # the latency case first: one float32 query, an ANN index
                 one = self._cache.one
                 if one is None:
                     one = self._cache.one = self._one_query()
                 got = one and one(
-                    q, k, alpha, self._alpha, self._k_factor, self._ann, self._n_tail, self._max_depth
+                    q, k, alpha, self._alpha, self._k_factor, self._ann, self._n_tail, self._max_depth, stats
                 )
             if got:
-                return got
+                return (*got, stats) if return_stats else got
         unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
         scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
         ids = np.full(scores.shape, -1, dtype=np.int64)
@@ -356,16 +358,17 @@ class NormIndex(SearchKnobs):
             try:
                 if self.ntotal and unit_q.shape[0]:
                     docs = self._docs
+                    self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
                     search_into(
                         scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
                         doc_ids=docs.ids, base=docs.base, n_removed=len(docs.tombstones),
                         cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
-                        max_depth=self.max_depth, device=self.device,
+                        max_depth=self.max_depth, device=self.device, stats=stats,
                     )  # fmt: skip
             finally:
                 if old:
                     set_breadth(self._inner, old)
-        return scores, ids
+        return (scores, ids, stats) if return_stats else (scores, ids)
 
     # -- reconstruction -----------------------------------------------------------------------
 

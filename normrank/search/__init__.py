@@ -1,5 +1,27 @@
 """The search wing: from a query and unit vectors to a top-k by ``cos * w**alpha``.
 
-The exact flat kernel (``flat``, ``kernels``), the ANN band + bound method (``ann``, ``norm_band``,
-the int8 scan), MMR, the GPU flat path, and the FAISS index facts they need. No index state lives here.
+The exact flat kernel (``flat``), the ANN candidates + weight-order scan + bound (``ann``, its
+depths from ``plan``, its rows from ``rows``), the Qdrant backends' share of it (``norm_band``),
+MMR, the GPU flat path, and the FAISS index facts they need (``faiss_info``). No index state
+lives here: the one cache (``cache.SearchCache``) is owned by a NormIndex and dropped by any
+change of it.
+
+Glossary (one name per concept, as the code uses them):
+
+* **weight** ``w = base**alpha``: ``base`` is the raw norm, or a custom weight
+  (``set_weights``); :func:`normrank.scoring.norm_weight`.
+* **candidates**: the ``depth`` best cosines the index returns for a query, re-scored exactly.
+* **depth** / **trust** / **band**: how many cosines are fetched, the rank whose cosine bounds
+  every unseen document, and the first chunk of the weight-order scan; one rule,
+  :func:`normrank.search.plan.plan_search` (``n_tail`` sets the band, ``max_depth`` caps the
+  depth, ``k_factor`` scales it).
+* **weight order**: the documents by decreasing weight for one sign of alpha
+  (:class:`normrank.search.ann.WeightOrder`, a view of one int32 argsort).
+* **scan**: reading documents in weight order, rows from FAISS's own storage
+  (:mod:`normrank.search.rows`), until the **bound** (trusted cosine times the next weight)
+  cannot beat the k-th score.
+* **tombstones**: ids removed from an HNSW (which cannot delete); their vectors stay in FAISS,
+  searches skip them.
+* **stats**: what a search did (:class:`normrank.search.plan.SearchStats`,
+  ``NormIndex.search(..., return_stats=True)``).
 """

@@ -7,68 +7,55 @@ MiniLM embeddings at alpha = 1 the exact top-10 holds documents at cosine rank 1
 
 Method (chosen by measurement, see benchmarks/results/speed.md): **ANN candidates plus an exact
 scan in decreasing weight order, stopped by a bound** (norm ranging, Yan et al., NeurIPS 2018,
-with the bands scanned exactly and their size chosen per query).
+with the bands scanned exactly and their size chosen per query). The depths are the plan's
+(:func:`normrank.search.plan.plan_search`).
 
-* Fetch the top ``D`` by cosine from the index (HNSW: an eighth of its ``efSearch`` beam; IVF:
-  a share of what it probes; at least ``k * k_factor``; :func:`default_start`) and re-score
-  ``cos * w`` exactly.
+* Fetch the top ``depth`` by cosine from the index and re-score ``cos * w`` exactly.
 * Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
-  when ``alpha > 0``) exactly. After ``t`` of them, a document seen neither way has cosine
-  ``<= c_T`` (the cosine at a trusted rank ``T <= D``, :func:`default_trust_depth`) and weight
-  ``<= w_(t)`` (the next in weight order), so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
+  when ``alpha > 0``), reading their rows where FAISS keeps them (:mod:`normrank.search.rows`).
+  After ``t`` of them, a document seen neither way has cosine ``<= c_T`` (the cosine at the
+  trusted rank) and weight ``<= w_(t)``, so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
   when ``c_T < 0``). Once the k-th score reaches that bound the query stops; at worst every
   document is scanned (exact).
-* How far to scan is read off the bound: the first ``t`` with ``c_T * w_(t) <= k-th score`` (a
-  binary search in the sorted weights). A query scans a first chunk, which can raise its k-th
-  score, then jumps to the ``t`` its new k-th score needs; it never scans past it. A batch grows
-  its chunks by doubling instead, so that one deep query does not drag the others along, and
-  within a chunk each query stops at the segment its bound needs (one BLAS product per
-  segment, for the queries still scanning; the weight multiplied in and the candidates
-  skipped as FAISS's heap takes the scores, :func:`normrank.search.kernels.heap_add_scanned`).
-
-A single query (the latency case) reads the scanned prefix through an int8 copy first
-(:mod:`normrank.search.quantized_scan`: per-row scale and an exact bound of the quantisation error,
-the query coded in int16 with its own, so that each row's exact integer inner product plus the
-bounds is a rigorous upper bound of the fp32 score) and scores exactly, by FAISS's own fp32 inner product, only the rows whose bound can beat
-the current k-th score: the same top-k, scores and tie order as the fp32 scan, bit for bit, in
-a quarter of the bytes read (27k real MiniLM embeddings, alpha = 1: ~4.9k rows scanned, 7.5 MB
-fp32 -> 1.9 MB int8 a query). The whole post-search stage runs as one compiled numba call
-(:func:`normrank.search._quantized_kernel.scan_one`); without numba the fp32 scan gives the same
-results. The int8 copy costs ``d + 12`` bytes per scanned row, on top of the fp32 copy.
+* How far to scan is read off the bound (:meth:`WeightOrder.need`, a binary search). A single
+  query scans the first chunk (``band``), then jumps to what its new k-th score needs. A batch
+  grows its chunks by doubling, and within a chunk each query stops at the segment its bound
+  needs (one BLAS product per segment for the queries still scanning, FAISS's heaps).
 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
-as any re-ranking of ANN output must. Weighted documents are found however deep they sit in
-the cosine ranking, which over-fetching cannot do.
+as any re-ranking of ANN output must. On compressed codes (PQ, SQ) every cosine is the codes'
+own estimate (FAISS's search ranks by the same), so the result is exact with respect to those.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import weakref
 
 import faiss
 import numpy as np
 
-from normrank.search import quantized_scan
-from normrank.search.faiss_info import ann_params, search_raw
+from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
-from normrank.search.kernels import heap_add_scanned
-from normrank.search.quantized_scan import QuantizedRows
-from normrank.settings import WEIGHT_CACHE_ENTRIES
+from normrank.search.plan import SearchPlan, SearchStats
 
 __all__ = [
     "AnnStats",
     "IdLookup",
     "WeightOrder",
     "adaptive_search",
-    "ann_params",
-    "default_band_start",
-    "default_start",
-    "default_trust_depth",
     "rerank",
     "scan_needed",
     "unseen_bound",
 ]
+
+
+class AnnStats(SearchStats):
+    """:class:`SearchStats` under its former names (the Postgres backend's)."""
+
+    @property
+    def max_scanned(self) -> int:
+        return self.scanned
+
 
 # A batch's weight-order scan grows by this factor per round, and never past what its deepest
 # open query needs: a batch scans at most twice what its bound needed.
@@ -77,30 +64,43 @@ _GROWTH = 2
 # rows (27k real MiniLM embeddings, 100 queries, alpha = 1: 19% fewer rows scanned than when
 # every query scans the whole chunk, in ~25 BLAS calls instead of 5).
 _SEGMENT = 512
+# A single query reads its scan in blocks of this many rows (bounded temporaries; the k-th
+# score, raised by a block, prunes the next).
+_ONE_BLOCK = 2048
+# Every this many weight ranks one weight is kept per weighting (a 1/64 sample: what the
+# binary search of the bound needs besides one block of 64 weights computed at a time).
+_STRIDE = 64
 
 
 class IdLookup:
-    """Vectorised FAISS id -> storage position (``-1`` for ids not present, e.g. tombstones)."""
+    """Vectorised FAISS id -> storage position (``-1`` for ids not present, e.g. tombstones):
+    nothing for ids ``0 .. n - 1`` in order, a dense int32 table for dense ids, else a sorted
+    copy of the ids and their positions."""
 
     def __init__(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.int64)
-        self.n = ids.size
-        hi = int(ids.max()) + 1 if ids.size else 0
-        # A dense table is one gather per candidate; fall back to binary search for sparse ids.
-        if hi <= 4 * max(ids.size, 1024):
+        self.n = n = ids.size
+        self._dense = self._sorted = self._order = None
+        small = np.int32 if n < 2**31 - 1 else np.int64
+        self.identity = bool(n and ids[0] == 0 and ids[-1] == n - 1 and (np.diff(ids) == 1).all())
+        if self.identity or not n:
+            return
+        hi = int(ids.max()) + 1
+        if hi <= 4 * max(n, 1024):
             # Shifted by one and fenced by -1 on both sides: a gather at ``id + 1`` clipped to the
-            # table maps FAISS's -1 pads, and any id outside [0, hi), to -1 (two numpy calls).
-            self._dense = np.full(hi + 2, -1, dtype=np.int64)
-            self._dense[ids + 1] = np.arange(ids.size, dtype=np.int64)
-            self._sorted = self._order = None
+            # table maps FAISS's -1 pads, and any id outside [0, hi), to -1.
+            self._dense = np.full(hi + 2, -1, dtype=small)
+            self._dense[ids + 1] = np.arange(n, dtype=small)
         else:
-            self._dense = None
-            self._order = np.argsort(ids, kind="stable")
+            self._order = np.argsort(ids, kind="stable").astype(small)
             self._sorted = ids[self._order]
 
     def __call__(self, cand: np.ndarray) -> np.ndarray:
+        cand = np.asarray(cand, dtype=np.int64)
+        if self.identity:
+            return np.where((cand >= 0) & (cand < self.n), cand, -1)
         if self._dense is not None:
-            return self._dense.take(cand + 1, mode="clip")
+            return self._dense.take(cand + 1, mode="clip").astype(np.int64)
         out = np.full(cand.shape, -1, dtype=np.int64)
         if not self.n:
             return out
@@ -108,6 +108,10 @@ class IdLookup:
         hit = (self._sorted[at] == cand) & (cand >= 0)
         out[hit] = self._order[at[hit]]
         return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self._dense, self._sorted, self._order) if a is not None)
 
 
 def unseen_bound(c_last: np.ndarray, w_max: float, w_min: float) -> np.ndarray:
@@ -122,7 +126,7 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
     search in ``neg_w``, the negated sorted weights); with ``c_last <= 0`` the bound
     ``c_last * w_min`` does not shrink as the scan goes, so it is 0 or all ``n``."""
     n = neg_w.size
-    kth = kth.astype(np.float64)
+    kth = np.asarray(kth, dtype=np.float64)
     need = np.where(kth >= c_last * w_min, 0, n)
     up = c_last > 0
     if up.any():
@@ -130,31 +134,148 @@ def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: f
     return need
 
 
+class WeightOrder:
+    """The documents in decreasing order of one weighting's sign (``order``: positions), with
+    their rows read through ``rows`` (:mod:`normrank.search.rows`, or anything with
+    ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
+    by both signs: ``sign > 0`` reads it backwards, a view)."""
+
+    def __init__(self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0) -> None:
+        self.order = ascending if sign < 0 else ascending[::-1]
+        self.rows = rows
+        self._coarse: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
+        # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
+        # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
+        # index search leaves). 0: none.
+        self._prefix_bytes = int(prefix_bytes)
+        self._prefix: np.ndarray | None = None
+
+    def _sample(self, weights: np.ndarray) -> np.ndarray:
+        """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
+        (held weakly: an array the cache has dropped is not kept alive here)."""
+        got = self._coarse.get(id(weights))
+        if got is None or got[0]() is not weights:  # the id of a freed array can be reused
+            if len(self._coarse) >= 8:
+                self._coarse.pop(next(iter(self._coarse)))
+            sample = -weights[self.order[::_STRIDE]].astype(np.float64)
+            got = self._coarse[id(weights)] = (weakref.ref(weights), sample)
+        return got[1]
+
+    def w_min(self, weights: np.ndarray) -> float:
+        return float(weights[self.order[-1]]) if self.order.size else 0.0
+
+    def need(self, weights: np.ndarray, kth: np.ndarray, c_last: np.ndarray) -> np.ndarray:
+        """:func:`scan_needed` of each query (arrays), with the weights in this order computed
+        only where the binary search looks: a 1/64 sample, then one block of 64 per query."""
+        n = self.order.size
+        kth = np.asarray(kth, dtype=np.float64)
+        c_last = np.asarray(c_last, dtype=np.float64)
+        need = np.where(kth >= c_last * self.w_min(weights), 0, n)
+        up = np.flatnonzero(c_last > 0)
+        if up.size:
+            x = kth[up] / c_last[up]  # first rank whose weight is <= x
+            i = np.searchsorted(self._sample(weights), -x, side="left")
+            lo = np.maximum(i - 1, 0) * _STRIDE
+            at = lo[:, None] + np.arange(_STRIDE)
+            w = weights[self.order[np.minimum(at, n - 1)]].astype(np.float64)
+            above = (w > x[:, None]) & (at < n)
+            need[up] = np.where(i == 0, 0, np.minimum(lo + above.sum(axis=1), n))
+        return need
+
+    def _cached(self, hi: int) -> int:
+        """Grow the prefix copy towards ``hi`` rows (within its budget); how many it holds."""
+        have = 0 if self._prefix is None else self._prefix.shape[0]
+        if hi <= have or not self._prefix_bytes or not self.order.size:
+            return have
+        probe = self._prefix if self._prefix is not None else self._gather(0, 1)
+        cap = min(self.order.size, self._prefix_bytes // max(probe[0].nbytes, 1))
+        grow = min(cap, max(hi, 2 * have, 256))
+        if grow > have:
+            new = np.ascontiguousarray(self._gather(have, grow), dtype=np.float32)
+            self._prefix = new if self._prefix is None else np.concatenate([self._prefix, new])
+        return self._prefix.shape[0] if self._prefix is not None else 0
+
+    def _gather(self, lo: int, hi: int) -> np.ndarray:
+        if hasattr(self.rows, "ranks"):  # a source that keeps a prefix copy itself (by rank)
+            return self.rows.ranks(self.order, lo, hi)
+        return self.rows.gather(self.order[lo:hi])
+
+    def need_one(self, weights: np.ndarray, kth: float, c_last: float) -> int:
+        """:meth:`need` of one query, on scalars (the latency case: a handful of numpy calls)."""
+        n = self.order.size
+        if c_last <= 0:
+            return 0 if kth >= c_last * self.w_min(weights) else n
+        x = kth / c_last
+        i = int(self._sample(weights).searchsorted(-x))
+        if i == 0:
+            return 0
+        lo = (i - 1) * _STRIDE
+        return lo + int(np.count_nonzero(weights[self.order[lo : lo + _STRIDE]] > x))
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """Rows of the documents at weight ranks ``lo .. hi - 1`` (float32 ``(m, d)``)."""
+        have = self._cached(hi)
+        if hi <= have:
+            return self._prefix[lo:hi]
+        if lo >= have:
+            return self._gather(lo, hi)
+        return np.concatenate([self._prefix[lo:have], self._gather(have, hi)])
+
+    def inner(self, q: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """``q . x`` of the documents at weight ranks ``lo .. hi - 1`` (float32 ``q``): the
+        prefix copy's rows where it holds them, the rest where FAISS keeps them (no copy)."""
+        have = min(self._cached(hi), hi)
+        out = np.empty(hi - lo, dtype=np.float32)
+        if have > lo:
+            rows = self._prefix[lo:have]
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(out), faiss.swig_ptr(q), faiss.swig_ptr(rows), q.size, have - lo
+            )
+        start = max(lo, have)
+        if start < hi:
+            if hasattr(self.rows, "inner"):
+                out[start - lo :] = self.rows.inner(q, self.order[start:hi])
+            else:
+                rows = np.ascontiguousarray(self._gather(start, hi), dtype=np.float32)
+                faiss.fvec_inner_products_ny(
+                    faiss.swig_ptr(out[start - lo :]),
+                    faiss.swig_ptr(q),
+                    faiss.swig_ptr(rows),
+                    q.size,
+                    hi - start,
+                )
+        return out
+
+    def vectors(self, stop: int) -> np.ndarray:
+        """Rows of the first ``stop`` documents in this order (float32 ``(stop, d)``)."""
+        return self.block(0, stop)
+
+    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(weights in this order, their negatives as float64, their minimum)`` (O(n): for
+        whole-collection fallbacks, not per query)."""
+        w = weights[self.order]
+        return w, -w.astype(np.float64), self.w_min(weights)
+
+    @property
+    def nbytes(self) -> int:
+        prefix = 0 if self._prefix is None else self._prefix.nbytes
+        return sum(s.nbytes for _, s in self._coarse.values()) + prefix
+
+
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of small candidate rows, in numpy: FAISS's heap helpers open an OpenMP region per
-    call, which costs milliseconds on a busy machine for a few microseconds of work. Rows shorter
-    than ``k`` and non-finite scores pad with ``-inf`` / ``-1``."""
+    """Top-``k`` of small candidate rows, in numpy (FAISS's heap helpers open an OpenMP region
+    per call). Rows shorter than ``k`` and non-finite scores pad with ``-inf`` / ``-1``; equal
+    scores keep candidate order."""
     nq, m = scores.shape
     out_s = np.full((nq, k), -np.inf, dtype=np.float32)
     out_p = np.full((nq, k), -1, dtype=np.int64)
     if m == 0 or nq == 0:
         return out_s, out_p
     kk = min(k, m)
-    if nq == 1:  # one query (the latency case): 1-D calls skip numpy's along-axis machinery
-        row = scores[0]
-        part = np.argpartition(-row, kk - 1)[:kk] if m > kk else np.arange(m)
-        part = part[np.argsort(-row[part], kind="stable")]
-        ps, pp = row[part][None], pos[0][part][None]
-    else:
-        part = (
-            np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
-            if m > kk
-            else np.broadcast_to(np.arange(m), (nq, m))
-        )
-        ps = np.take_along_axis(scores, part, 1)
-        order = np.argsort(-ps, axis=1, kind="stable")
-        ps = np.take_along_axis(ps, order, 1)
-        pp = np.take_along_axis(np.take_along_axis(pos, part, 1), order, 1)
+    part = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
+    ps = np.take_along_axis(scores, part, 1)
+    pp = np.take_along_axis(pos, part, 1)
     ok = np.isfinite(ps) & (pp >= 0)
     out_s[:, :kk] = np.where(ok, ps, -np.inf)
     out_p[:, :kk] = np.where(ok, pp, -1)
@@ -162,161 +283,12 @@ def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def _search(
-    index: faiss.Index, q: np.ndarray, depth: int, params: dict[str, int] | None = None
+    index: faiss.Index, q: np.ndarray, depth: int, ef: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``index.search`` at ``depth``; HNSW's beam is widened to ``depth`` (FAISS would return
-    fewer than ``depth`` results when ``efSearch < depth``), never narrowed."""
-    ef = (ann_params(index) if params is None else params).get("efSearch")
+    """``index.search`` at ``depth``; an HNSW beam (``ef``) is widened to ``depth`` (FAISS would
+    return fewer than ``depth`` results when ``efSearch < depth``), never narrowed."""
     wider = faiss.SearchParametersHNSW(efSearch=depth) if ef is not None and depth > ef else None
     return search_raw(index, q, depth, wider)
-
-
-@dataclass
-class AnnStats:
-    """What one :func:`adaptive_search` call did (for benchmarks and tuning)."""
-
-    rounds: int = 0
-    max_depth: int = 0  # cosine depth fetched from the index
-    max_scanned: int = 0  # documents scanned in weight order by the widest query
-    widened: int = 0  # queries of a batch that scanned past the first chunk
-
-
-def default_band_start(n: int, params: dict[str, int] | None = None) -> int:
-    """First chunk of the weight-order scan: ~1/30 of the documents, capped so that it stays a
-    fraction of the ANN's own work (IVF: a quarter of the probed share; HNSW: 8 x efSearch).
-    Later chunks double while the bound does not hold."""
-    params = params or {}
-    cap = 2048
-    if "efSearch" in params:
-        cap = 8 * params["efSearch"]
-    elif "nprobe" in params and params.get("nlist"):
-        cap = int(n * params["nprobe"] / params["nlist"] / 4)
-    return int(max(0, min(n, max(64, min(n // 30, cap)))))
-
-
-def default_start(k: int, k_factor: int, params: dict[str, int], n: int = 0) -> int:
-    """Cosine depth fetched: what the bound trusts (:func:`default_trust_depth`) and, for HNSW,
-    a little more from the beam it explores anyway.
-
-    * HNSW: the trusted eighth of the ``efSearch`` beam, or ``k * k_factor`` if more, but never
-      past the beam itself (at least ``k``): a deeper fetch makes FAISS widen the beam, which
-      costs more than everything else a query adds (8.4k real MiniLM embeddings, efSearch 16,
-      one query: 12 us at depth 16, 53 us at depth 100). Candidates past the trusted rank only
-      raise the k-th score early, and FAISS's result heap costs more the more it returns
-      (100 queries, efSearch 512: +2.6% for 64 results over 10, +3.5% for 128).
-    * IVF: only the trusted ranks, ``k * k_factor`` or 1/256 of the documents it probes if more.
-      Candidates past the trusted rank add nothing an IVF index could miss (a document in an
-      unprobed list is missing at every depth), and its result heap costs at depth (8.4k real
-      MiniLM embeddings, nprobe 183 of 366, 100 single queries: 1.50 / 1.63x plain latency at
-      alpha = -1.5 / 1 fetching 400 and trusting 100, 1.27 / 1.42x fetching and trusting 100,
-      recall 1.000 both; on 100k MiniLM-like vectors trusting what it fetched, 781, cost recall
-      0.997 -> 0.995, so the trusted share stays a quarter of what the old depth was)."""
-    if "efSearch" in params:
-        ef = params["efSearch"]
-        return min(max(k * k_factor, ef // 8), max(ef, k))
-    if "nprobe" in params:
-        probed = n * params["nprobe"] // max(params.get("nlist", 1), 1)
-        return max(k * k_factor, probed // 256)
-    return k * k_factor
-
-
-def default_trust_depth(depth: int, params: dict[str, int], k: int = 0) -> int:
-    """Rank down to which the index's cosine ranking is trusted by the bound.
-
-    An ANN index is least sure of its deepest candidates: the further a document is from the
-    query, the likelier it sits in an unprobed IVF list or off a graph's beam, and norm
-    weighting lifts exactly such documents. So the bound uses the cosine at a rank well inside
-    what the index explored (IVF: 1/256 of the documents probed, at least ``k * k_factor``: all
-    it fetches, :func:`default_start`; HNSW: an eighth of ``efSearch``, at least ``2 k``), and a
-    document the index missed above it is caught by the weight-order scan if its weight put it
-    there. The floor of ``2 k`` matters for a small beam: at ``efSearch`` 64 an eighth is rank 8,
-    and a bound at the k-th cosine itself makes the scan read a quarter to 40% of the documents
-    (8.4k real MiniLM embeddings, efSearch 64, 200 queries, alpha = -1.5 / 1: 2,038 / 3,397
-    rows at recall 0.9985 / 0.9995 trusting rank 10; 1,388 / 2,706 at 0.9975 / 0.9990 trusting
-    16; 660 / 2,008 at 0.9960 / 0.9980 trusting 32). Measured (benchmarks/results/speed.md),
-    recall at alpha = 0.5:
-
-    * IVF, 100k MiniLM-like vectors, nprobe = nlist/4, depth 400, 100 single queries: 0.989 /
-      0.990 / 0.996 trusting rank 400 / 200 / 100, at 1.29x / 1.53x / 1.72x plain latency
-      (plain cosine recall 0.997);
-    * HNSW, 27k real MiniLM embeddings, efSearch 512, 300 single queries: 0.995 / 0.999
-      trusting rank 128 / 64, at 1.60x / 1.64x (plain cosine recall 0.997).
-    """
-    if "efSearch" in params:
-        return max(1, min(depth, max(2 * k, params["efSearch"] // 8)))
-    return max(1, depth)
-
-
-class WeightOrder:
-    """Documents in decreasing order of one weighting (for one sign of alpha), with their unit
-    vectors copied lazily, only as far as a search has needed to scan.
-
-    Args:
-        base: ``(n,)`` positive base weights (norms) by storage position; the order is that of
-            ``base`` descending (``sign > 0``) or ascending (``sign < 0``).
-        fetch: storage positions -> ``(m, d)`` float32 unit vectors.
-    """
-
-    def __init__(self, base: np.ndarray, sign: int, fetch, *, quantized: bool | None = None) -> None:
-        key = -base if sign > 0 else base
-        self.order = np.argsort(key, kind="stable").astype(np.int64)
-        self.rank = np.empty_like(self.order)
-        self.rank[self.order] = np.arange(self.order.size)
-        self._fetch = fetch
-        self._vectors: np.ndarray | None = None
-        self._sorted: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
-        # Single-query scans bound each row with an int8 copy first (normrank.search.quantized_scan);
-        # None: wherever that runs (numba present, d large enough). False: fp32 only.
-        self.quantized = quantized
-        self._codes: QuantizedRows | None = None
-
-    def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """``(weights in this order, their negatives as float64, their minimum)``, computed once
-        per weights array (an O(n) pass per search would dominate single-query latency). The
-        negated copy is ascending, for :func:`scan_needed`'s binary search."""
-        got = self._sorted.get(id(weights))
-        if got is None or got[0] is not weights:  # the id of a freed array can be reused
-            if len(self._sorted) >= WEIGHT_CACHE_ENTRIES:
-                self._sorted.pop(next(iter(self._sorted)))
-            w_sorted = weights[self.order]
-            got = self._sorted[id(weights)] = (
-                weights,
-                w_sorted,
-                -w_sorted.astype(np.float64),
-                float(weights.min()),
-            )
-        return got[1], got[2], got[3]
-
-    def vectors(self, stop: int) -> np.ndarray:
-        """Unit vectors of the first ``stop`` documents in weight order."""
-        have = 0 if self._vectors is None else self._vectors.shape[0]
-        if stop > have:
-            grow = min(self.order.size, max(stop, 2 * have))
-            new = np.ascontiguousarray(self._fetch(self.order[have:grow]), dtype=np.float32)
-            self._vectors = new if self._vectors is None else np.concatenate([self._vectors, new])
-            if self._codes is not None:
-                self._codes.extend(new)
-        return self._vectors[:stop]
-
-    def codes(self, stop: int, d: int) -> QuantizedRows | None:
-        """The int8 copy of (at least) the first ``stop`` vectors, kept alongside the fp32 one
-        (a quarter of its bytes, plus 8 per row); None where it does not run (``quantized``)."""
-        if self._codes is None:
-            if self.quantized is False or not quantized_scan.available(d):
-                self.quantized = False
-                return None
-            self.quantized = True
-            self._codes = QuantizedRows(d)
-            if self._vectors is not None:
-                self._codes.extend(self._vectors)
-        self.vectors(stop)
-        return self._codes
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the lazily copied vectors (fp32 and int8)."""
-        fp32 = 0 if self._vectors is None else self._vectors.nbytes
-        return fp32 + (0 if self._codes is None else self._codes.nbytes)
 
 
 def adaptive_search(
@@ -325,13 +297,9 @@ def adaptive_search(
     k: int,
     weights: np.ndarray | None,
     lookup: IdLookup,
-    *,
-    depth: int,
+    plan: SearchPlan,
     order: WeightOrder | None = None,
-    band_start: int = 0,
-    trust_depth: int | None = None,
-    params: dict[str, int] | None = None,
-    stats: AnnStats | None = None,
+    stats: SearchStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` of ``cos * weights`` through the ANN ``index`` (method in the module docstring).
 
@@ -339,27 +307,23 @@ def adaptive_search(
         index: FAISS inner-product index over unit vectors; returns ids that ``lookup`` maps.
         unit_q: ``(nq, d)`` float32 unit queries.
         k: results per query.
-        weights: ``(n,)`` float32 weights by storage position, or None (cosine: depth ``k``).
+        weights: ``(n,)`` float32 weights by storage position, or None (cosine).
         lookup: FAISS id -> storage position.
-        depth: cosine depth fetched from the index.
-        order: the documents in decreasing weight order; None re-scores the ``depth``
-            candidates only (a fixed over-fetch, no bound).
-        band_start: first chunk of the weight-order scan.
-        trust_depth: the rank whose cosine bounds unseen documents (default ``depth``); see
-            :func:`default_trust_depth`.
-        params: :func:`ann_params` of ``index``, when the caller has them already.
-        stats: filled with rounds / depth / scanned counts when given.
+        plan: depths (:func:`normrank.search.plan.plan_search`).
+        order: the documents in decreasing weight order; None (or ``plan.scan`` False)
+            re-scores the ``plan.depth`` candidates only (a fixed over-fetch, no bound).
+        stats: filled with what the search did when given.
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
     """
-    stats = stats if stats is not None else AnnStats()
-    params = ann_params(index) if params is None else params
+    stats = stats if stats is not None else SearchStats()
     if weights is None:  # cosine: FAISS's own ranking is the answer, already sorted
+        stats.path = "cosine"
         fetch = k
         while True:
-            stats.rounds, stats.max_depth = stats.rounds + 1, fetch
-            cos, cand = _search(index, unit_q, fetch, params)
+            stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
+            cos, cand = _search(index, unit_q, fetch, plan.ef)
             pos = lookup(cand)
             if (pos >= 0).all():
                 return cos[:, :k], pos[:, :k]
@@ -370,9 +334,8 @@ def adaptive_search(
             if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
                 return s, p
             fetch = min(2 * fetch, index.ntotal)
-    cos, cand = _search(index, unit_q, depth, params)
-    return rerank(cos, cand, unit_q, k, weights, lookup, depth=depth, order=order,
-                  band_start=band_start, trust_depth=trust_depth, stats=stats)  # fmt: skip
+    cos, cand = _search(index, unit_q, plan.depth, plan.ef)
+    return rerank(cos, cand, unit_q, k, weights, lookup, plan, order if plan.scan else None, stats)
 
 
 def rerank(
@@ -382,44 +345,109 @@ def rerank(
     k: int,
     weights: np.ndarray,
     lookup: IdLookup,
-    *,
-    depth: int,
+    plan: SearchPlan | None = None,
     order: WeightOrder | None = None,
+    stats: SearchStats | None = None,
+    *,
+    depth: int | None = None,
     band_start: int = 0,
     trust_depth: int | None = None,
-    stats: AnnStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
-    candidates (the FAISS index, or PostgreSQL's HNSW index in :mod:`normrank.backends.pgvector`):
-    ``cos`` / ``cand`` ``(nq, depth)`` are the best cosines per query and their ids (padded with
-    ids ``-1``); the other arguments are :func:`adaptive_search`'s. ``stats.widened`` counts the
-    queries of a batch that scanned past the first chunk."""
-    stats = stats if stats is not None else AnnStats()
-    if unit_q.shape[0] == 1:
-        return _search_one(
-            cos, cand, unit_q, k, weights, lookup, depth, order, band_start, trust_depth, stats
-        )
-    stats.rounds, stats.max_depth = 1, depth
+    candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
+    depth)`` are the best cosines per query and their ids (padded with ids ``-1``); the trusted
+    rank and first chunk are ``plan``'s (its depth is ``cos.shape[1]``). ``depth`` /
+    ``band_start`` / ``trust_depth`` without a plan: the former keywords (the Postgres backend's)."""
+    stats = stats if stats is not None else SearchStats()
+    if plan is None:
+        plan = SearchPlan(cos.shape[1], trust_depth or cos.shape[1], band_start)
+    depth = cos.shape[1]
+    stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), "scan" if order else "overfetch"
+    if unit_q.shape[0] == 1 and depth >= k:
+        got = _rerank_one(cos[0], cand[0], unit_q[0], k, weights, lookup, plan, order, stats)
+        if got is not None:
+            return got[0][None], got[1][None]
     pos = lookup(cand)
     valid = pos >= 0
     safe = np.maximum(pos, 0)
     # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
     top_s, top_p = _select(rescored, pos, k)
-    if order is None:
+    if order is None or not depth:
         return top_s, top_p
-
-    n = weights.size
-    w_sorted, neg_w, w_min = order.sorted_weights(weights)
-    c_last = cos[:, min(depth, max(k, trust_depth or depth)) - 1].astype(np.float64)
+    trust = min(depth, max(k, plan.trust))
+    c_last = cos[:, trust - 1].astype(np.float64)
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
-    # Weight rank of each candidate: a candidate met again in the scan must not count twice.
-    cand_rank = np.where(valid, order.rank[safe], n)
-    heaps = _BatchHeaps(top_s, top_p, cand_rank)
+    if unit_q.shape[0] == 1:
+        if exhausted[0]:
+            return top_s, top_p
+        s, p = _scan_one(unit_q[0], top_s[0], top_p[0], pos[0][valid[0]], float(c_last[0]),
+                         weights, order, plan.band, stats)  # fmt: skip
+        return s[None], p[None]
+    return _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, plan.band, stats)
+
+
+def _rerank_one(cos, cand, q, k, weights, lookup, plan, order, stats):
+    """:func:`rerank` of one query whose candidates are all live documents, on 1-D arrays and
+    scalars (numpy's fixed cost per call is most of what a single query adds); None for
+    anything else (pads, tombstones, non-finite scores): the general path decides."""
+    pos = lookup(cand)
+    if pos.min() < 0:
+        return None
+    rescored = cos * weights[pos]
+    top = np.argsort(-rescored, kind="stable")[:k]
+    s, p = rescored[top], pos[top]
+    if not (np.isfinite(s[0]) and np.isfinite(s[-1])):
+        return None
+    if order is None:
+        return s, p
+    c_last = float(cos[min(cos.size, max(k, plan.trust)) - 1])
+    return _scan_one(q, s, p, pos, c_last, weights, order, plan.band, stats)
+
+
+def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
+    """One query's weight-order scan (the latency case): blocks of rows scored by FAISS's inner
+    products straight from storage, merged into ``s`` / ``p`` (best first)."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    k = s.size
+    seen = np.sort(seen)  # re-scored candidates: met again in the scan, they count once
+    n = order.order.size
+    scanned = 0
+    while True:
+        kth = float(s[-1])
+        need = order.need_one(weights, kth, c_last)
+        if need <= scanned:
+            return s, p
+        stop = int(min(n, need, max(band if scanned == 0 else n, k, scanned + 1)))
+        for lo in range(scanned, stop, _ONE_BLOCK):
+            hi = min(stop, lo + _ONE_BLOCK)
+            at = order.order[lo:hi]
+            chunk = order.inner(q, lo, hi)
+            chunk *= weights[at]
+            keep = np.flatnonzero(chunk > kth)
+            if keep.size and seen.size:
+                hit = np.minimum(seen.searchsorted(at[keep]), seen.size - 1)
+                keep = keep[seen[hit] != at[keep]]
+            if keep.size:
+                merged_s = np.concatenate([s, chunk[keep]])
+                merged_p = np.concatenate([p, at[keep].astype(np.int64)])
+                top = np.argsort(-merged_s, kind="stable")[:k]
+                s, p = merged_s[top], merged_p[top]
+                kth = float(s[-1])
+        scanned = stop
+        stats.rounds += 1
+        stats.scanned = max(stats.scanned, scanned)
+
+
+def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, band, stats):
+    """A batch's weight-order scan: chunks doubling, one BLAS product per segment."""
+    k = top_s.shape[1]
+    n = order.order.size
+    heaps = _BatchHeaps(top_s, top_p, pos)
     active = np.arange(unit_q.shape[0])
     scanned = 0
     while True:
-        need = scan_needed(heaps.kth(active), c_last[active], neg_w, w_min)
+        need = order.need(weights, heaps.kth(active), c_last[active])
         done = (need <= scanned) | exhausted[active]
         active, need = active[~done], need[~done]
         if not active.size:
@@ -428,40 +456,34 @@ def rerank(
             stats.widened = int(active.size)
         # One query jumps straight to what its bound needs after a first chunk; a batch grows
         # its chunks (x2) so that a few deep queries do not make every query scan deep.
-        cap = band_start if scanned == 0 else (n if active.size == 1 else _GROWTH * scanned)
+        cap = band if scanned == 0 else (n if active.size == 1 else _GROWTH * scanned)
         stop = int(min(n, need.max(), max(cap, k, scanned + 1)))
         # A query whose bound falls inside the chunk scans only that far (rounded up to whole
-        # segments) and is done: its k-th score can only rise, its need only fall. Deepest
-        # first, so that each segment's queries are a prefix (one BLAS call per segment).
+        # segments) and is done. Deepest first, so each segment's queries are a prefix.
         ends = np.minimum(stop, -(-need // _SEGMENT) * _SEGMENT)
         by_depth = np.argsort(-ends, kind="stable")
         active, ends = active[by_depth], ends[by_depth]
         q = unit_q[active]
-        vecs = order.vectors(stop)
         lo = scanned
         for hi in np.unique(ends):
             m = int(np.searchsorted(-ends, -hi, side="right"))  # queries scanning to hi or past
-            # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product; more:
-            # the BLAS FAISS itself uses (topk.py).
-            cos_block = (
-                inner_products_small(q[:m], vecs[lo:hi])
-                if m < SMALL_NQ
-                else inner_products(q[:m], vecs[lo:hi])
-            )
-            heaps.add(active[:m], cos_block, w_sorted[lo:hi], order.order[lo:hi], lo)
+            at = order.order[lo:hi]
+            vecs = np.ascontiguousarray(order.block(lo, int(hi)), dtype=np.float32)
+            # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product.
+            cos_block = inner_products_small(q[:m], vecs) if m < SMALL_NQ else inner_products(q[:m], vecs)
+            heaps.add(active[:m], cos_block, weights[at], at)
             stats.rounds += 1
             lo = int(hi)
         active = active[ends == stop]
         scanned = stop
-        stats.max_scanned = max(stats.max_scanned, scanned)
+        stats.scanned = max(stats.scanned, scanned)
 
 
 class _BatchHeaps:
-    """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks,
-    filled by the compiled kernel (:func:`normrank.search.kernels.heap_add_scanned`: weight multiplied
-    in, candidates skipped) or, without numba, by a numpy multiply and FAISS's ``addn``."""
+    """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks;
+    ``cand``: each query's re-scored candidates (positions), skipped when met again."""
 
-    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand_rank: np.ndarray) -> None:
+    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand: np.ndarray) -> None:
         nq, k = top_s.shape
         self.vals = np.empty((nq, k), dtype=np.float32)
         self.ids = np.empty((nq, k), dtype=np.int64)
@@ -469,7 +491,7 @@ class _BatchHeaps:
         heap.heapify()
         top_s = np.ascontiguousarray(top_s, dtype=np.float32)
         heap.addn_with_ids(k, faiss.swig_ptr(top_s), faiss.swig_ptr(np.ascontiguousarray(top_p)), k, 0, nq)
-        self.cand_rank = np.ascontiguousarray(cand_rank, dtype=np.int64)
+        self.cand = cand
 
     @staticmethod
     def _heap(vals: np.ndarray, ids: np.ndarray) -> faiss.float_minheap_array_t:
@@ -483,20 +505,17 @@ class _BatchHeaps:
         top = self.vals[rows, 0]
         return np.where(self.ids[rows, 0] < 0, -np.inf, top)
 
-    def add(self, rows: np.ndarray, cos: np.ndarray, w: np.ndarray, doc_pos: np.ndarray, j0: int) -> None:
-        """Add the scanned documents ``j0 ..`` in weight order (cosines ``cos``, one row per
-        query of ``rows``; weights ``w``, storage positions ``doc_pos``)."""
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        doc_pos = np.ascontiguousarray(doc_pos, dtype=np.int64)
-        if heap_add_scanned(self.vals, self.ids, rows, cos, w, doc_pos, j0, self.cand_rank):
-            return  # numba present: done; else the numpy + FAISS path below
-        block = (cos * w).astype(np.float32, copy=False)
-        rank = self.cand_rank[rows]
-        seen = (rank >= j0) & (rank < j0 + block.shape[1])
-        r, c = np.nonzero(seen)
-        block[r, rank[r, c] - j0] = -np.inf
+    def add(self, rows: np.ndarray, cos: np.ndarray, w: np.ndarray, doc_pos: np.ndarray) -> None:
+        """Add scanned documents (cosines ``cos``, one row per query of ``rows``; weights ``w``,
+        positions ``doc_pos``), except each query's own candidates (already in its heap)."""
+        block = np.multiply(cos, w, dtype=np.float32)
+        # Only scores that would enter a heap can be a repeat that matters: test those.
+        r, c = np.nonzero(block > self.kth(rows)[:, None])
+        if r.size:
+            dup = (self.cand[rows[r]] == doc_pos[c][:, None]).any(axis=1)
+            block[r[dup], c[dup]] = -np.inf
         vals, ids = self.vals[rows], self.ids[rows]  # a contiguous copy of these heaps
+        doc_pos = np.ascontiguousarray(doc_pos, dtype=np.int64)
         self._heap(vals, ids).addn_with_ids(
             block.shape[1], faiss.swig_ptr(block), faiss.swig_ptr(doc_pos), 0, 0, rows.size
         )
@@ -507,113 +526,3 @@ class _BatchHeaps:
         self._heap(self.vals, self.ids).reorder()
         self.vals[self.ids < 0] = -np.inf
         return self.vals, self.ids
-
-
-def _top_one(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of one query's candidates, best first (equal scores keep candidate order);
-    padded to ``k`` with ``-inf`` / ``-1``, as are non-finite scores and unknown positions."""
-    top = np.argsort(-scores, kind="stable")[:k]
-    s, p = scores[top], pos[top]
-    if s.size < k:
-        s = np.concatenate([s, np.full(k - s.size, -np.inf, dtype=np.float32)])
-        p = np.concatenate([p, np.full(k - p.size, -1, dtype=np.int64)])
-    bad = ~np.isfinite(s) | (p < 0)
-    if bad.any():
-        s, p = np.where(bad, -np.inf, s).astype(np.float32), np.where(bad, -1, p)
-    return s, p
-
-
-def _search_one(
-    cos: np.ndarray,
-    cand: np.ndarray,
-    unit_q: np.ndarray,
-    k: int,
-    weights: np.ndarray,
-    lookup: IdLookup,
-    depth: int,
-    order: WeightOrder | None,
-    band_start: int,
-    trust_depth: int | None,
-    stats: AnnStats,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`adaptive_search` for one query (the latency case), on 1-D arrays and scalars: the
-    same candidates, bound, chunks and merge as the batch loop, in about a third of its numpy
-    calls. numpy's fixed cost per call, paid with caches just emptied by the index search, is
-    most of what a single query adds to the index's own time."""
-    stats.rounds, stats.max_depth = 1, depth
-    cos, cand = cos[0], cand[0]
-    pos = lookup(cand)
-    q = np.ascontiguousarray(unit_q[0], dtype=np.float32)
-    if order is not None and order.quantized is not False and pos.size >= k:
-        fused = quantized_scan.fused_scan(q.size)
-        if fused is not None:  # the common case, all in one compiled call
-            trust = min(depth, max(k, trust_depth or depth))
-            scan = quantized_scan.FusedScan(fused, order, weights, k, trust, band_start)
-            got = scan(q, cos, pos)
-            if got is not None:
-                stats.rounds = int(scan.out[0])
-                stats.max_scanned = max(stats.max_scanned, int(scan.out[1]))
-                return got[0][None], got[1][None]
-    if pos.size >= k and pos.min() >= 0:  # every candidate a live document (no pads, no tombstones)
-        rescored = cos * weights[pos]
-        top = np.argsort(-rescored, kind="stable")[:k]
-        s, p = rescored[top], pos[top]
-        if not (math.isfinite(s[0]) and math.isfinite(s[-1])):  # overflow; NaN sorts last: pad as _top_one
-            s, p = _top_one(rescored, pos, k)
-        seen = order.rank[pos] if order is not None else None
-    else:  # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows
-        valid = pos >= 0
-        rescored = np.where(valid, np.where(valid, cos, 0) * weights[np.maximum(pos, 0)], -np.inf)
-        rescored = rescored.astype(np.float32)
-        seen = order.rank[pos[valid]] if order is not None else None
-        s, p = _top_one(rescored, pos, k)
-    if order is None or (cand.size and cand[-1] < 0):  # no scan, or the index gave all it had
-        return s[None], p[None]
-
-    c_last = float(cos[min(depth, max(k, trust_depth or depth)) - 1])
-    w_sorted, neg_w, w_min = order.sorted_weights(weights)
-    n = neg_w.size
-    seen = np.sort(seen)  # weight ranks of the re-scored candidates: met again, they count once
-    scanned = 0
-    while True:
-        kth = float(s[-1])
-        if c_last > 0:  # scan_needed for one query
-            need = int(neg_w.searchsorted(-(kth / c_last), side="left"))
-        else:
-            need = 0 if kth >= c_last * w_min else n
-        if need <= scanned:
-            return s[None], p[None]
-        stop = int(min(n, need, max(band_start if scanned == 0 else n, k, scanned + 1)))
-        codes = order.codes(stop, q.size) if order.quantized is not False else None
-        if codes is not None:
-            # Rows whose int8 upper bound beats the k-th score, then scored exactly as below by
-            # the same FAISS call on the gathered rows: the fp32 branch's scores, bit for bit.
-            # Candidates met again are skipped: they count once.
-            rows = quantized_scan.candidates(q, codes, w_sorted[scanned:stop], scanned, stop, kth, seen)
-            chunk = np.empty(rows.size, dtype=np.float32)
-            if rows.size:
-                vecs = order.vectors(stop).take(rows, axis=0)
-                faiss.fvec_inner_products_ny(
-                    faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, rows.size
-                )
-                chunk *= w_sorted[rows]
-        else:
-            rows = None
-            vecs = order.vectors(stop)[scanned:stop]
-            chunk = np.empty(stop - scanned, dtype=np.float32)
-            faiss.fvec_inner_products_ny(
-                faiss.swig_ptr(chunk), faiss.swig_ptr(q), faiss.swig_ptr(vecs), q.size, chunk.size
-            )
-            chunk *= w_sorted[scanned:stop]
-            lo, hi = seen.searchsorted((scanned, stop))
-            if hi > lo:
-                chunk[seen[lo:hi] - scanned] = -np.inf
-        keep = (chunk > kth).nonzero()[0]
-        if keep.size:
-            merged_s = np.concatenate([s, chunk[keep]])
-            merged_p = np.concatenate([p, order.order[scanned + keep if rows is None else rows[keep]]])
-            top = np.argsort(-merged_s, kind="stable")[:k]
-            s, p = merged_s[top], merged_p[top]
-        scanned = stop
-        stats.rounds += 1
-        stats.max_scanned = max(stats.max_scanned, scanned)

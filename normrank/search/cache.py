@@ -1,59 +1,52 @@
-"""What searches derive from one state of a :class:`~normrank.NormIndex`, built lazily and
-dropped whole by any change (add, remove, set_weights): nothing here is ever stale."""
+"""What searches derive from one state of a :class:`~normrank.NormIndex`: owned by the index,
+built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
+stale. Per document it holds one int32 (the weight order) and, bounded by
+:data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
+the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
+of the index."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from normrank.scoring import norm_weight
 from normrank.search.ann import IdLookup, WeightOrder
-from normrank.settings import WEIGHT_CACHE_ENTRIES
+from normrank.search.rows import PrefixCopy
+from normrank.settings import SCAN_PREFIX_BYTES, SEARCH_CACHE_BYTES, WEIGHT_CACHE_ENTRIES
 
 __all__ = ["SearchCache"]
-
-# w**alpha is kept for WEIGHT_CACHE_ENTRIES alphas (a sweep or per-query alphas reuse a few).
-_POWERS_KEPT = WEIGHT_CACHE_ENTRIES
 
 
 class SearchCache:
     """Derived search state of one index state.
 
     Attributes:
-        powers: ``w**alpha`` (float32, by storage position) per alpha, the last 8 used.
-        lookup: FAISS id -> storage position (ANN results), built at the first ANN search.
-        orders: the documents in decreasing ``w**alpha`` order, one per sign of alpha (ANN).
-        device: the flat storage copied to a torch device (``device=`` searches).
-        fenced: the ids by storage position followed by -1, so that position -1 (padding)
-            reads id -1 in one gather.
-        plans: ANN search arguments per (alpha, k, options, breadth), the last 8 used
-            (:func:`normrank.search.searcher.search_into`; they hold only what this cache derives).
+        powers: ``w**alpha`` (float32, by storage position) per alpha: the last
+            ``WEIGHT_CACHE_ENTRIES`` used, within ``SEARCH_CACHE_BYTES``.
+        ascending: storage positions by ascending weight base (int32), both signs' order.
+        orders: one :class:`~normrank.search.ann.WeightOrder` per sign of alpha (views of
+            ``ascending`` and the row source, a 1/64 weight sample, and a contiguous copy of
+            the first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each).
+        lookup: FAISS id -> storage position (ANN results).
+        rows: where the scan reads document rows (:mod:`normrank.search.rows`), set by the
+            searcher at the state's first ANN search.
+        device: the flat storage copied to a torch device (``device=`` searches; opt-in).
         one: the latency case bound to this state (:class:`normrank.search.searcher.OneQuery`),
             False where the index is flat.
     """
 
-    __slots__ = ("device", "fenced", "lookup", "one", "orders", "plans", "powers")
+    __slots__ = ("ascending", "device", "lookup", "one", "orders", "powers", "rows")
 
     def __init__(self) -> None:
         self.powers: dict[float, np.ndarray] = {}
-        self.lookup: IdLookup | None = None
+        self.ascending: np.ndarray | None = None
         self.orders: dict[int, WeightOrder] = {}
+        self.lookup: IdLookup | None = None
+        self.rows: Any = None
         self.device: Any = None
-        self.plans: dict[tuple, dict[str, Any]] = {}
-        self.fenced: np.ndarray | None = None
         self.one: Any = None
-
-    def fenced_ids(self, ids: np.ndarray) -> np.ndarray:
-        if self.fenced is None:
-            self.fenced = np.append(ids.astype(np.int64), -1)
-        return self.fenced
-
-    def remember_plan(self, key: tuple, plan: dict[str, Any]) -> None:
-        if len(self.plans) >= _POWERS_KEPT:
-            self.plans.pop(next(iter(self.plans)))
-        self.plans[key] = plan
 
     def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
         """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""
@@ -61,9 +54,13 @@ class SearchCache:
             return None
         w = self.powers.get(alpha)
         if w is None:
-            if len(self.powers) >= _POWERS_KEPT:
+            w = norm_weight(base, alpha)
+            while self.powers and (
+                len(self.powers) >= WEIGHT_CACHE_ENTRIES
+                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > SEARCH_CACHE_BYTES
+            ):
                 self.powers.pop(next(iter(self.powers)))
-            w = self.powers[alpha] = norm_weight(base, alpha)
+            self.powers[alpha] = w
         return w
 
     def id_lookup(self, ids: np.ndarray) -> IdLookup:
@@ -71,12 +68,29 @@ class SearchCache:
             self.lookup = IdLookup(ids)
         return self.lookup
 
-    def order(self, base: np.ndarray, alpha: float, fetch: Callable[[np.ndarray], np.ndarray]):
-        """The weight order for the sign of ``alpha`` (None at alpha = 0)."""
+    def order(self, base: np.ndarray, alpha: float, rows) -> WeightOrder | None:
+        """The weight order for the sign of ``alpha`` (None at alpha = 0), reading rows through
+        ``rows`` (a row source, or ``fetch(positions) -> rows``: kept as a prefix copy)."""
         if alpha == 0:
             return None
         sign = 1 if alpha > 0 else -1
         order = self.orders.get(sign)
         if order is None:
-            order = self.orders[sign] = WeightOrder(base, sign, fetch)
+            if self.ascending is None:
+                small = np.int32 if base.size < 2**31 - 1 else np.int64
+                self.ascending = np.argsort(base, kind="stable").astype(small)
+            if callable(rows):  # rows fetched by a round trip: the source keeps its own copy
+                order = WeightOrder(self.ascending, sign, PrefixCopy(rows))
+            else:  # half the scan budget per sign
+                order = WeightOrder(self.ascending, sign, rows, SCAN_PREFIX_BYTES // 2)
+            self.orders[sign] = order
         return order
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held here (device copies excluded: they live on the device)."""
+        total = sum(p.nbytes for p in self.powers.values())
+        total += 0 if self.ascending is None else self.ascending.nbytes
+        total += sum(o.nbytes for o in self.orders.values())
+        total += 0 if self.lookup is None else self.lookup.nbytes
+        return total + int(getattr(self.rows, "nbytes", 0))

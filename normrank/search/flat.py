@@ -2,15 +2,13 @@
 
 The flat kernel streams the documents in blocks through the same product as FAISS's own flat
 search (its BLAS ``sgemm_``, its block sizes, its query-major layout; :func:`inner_products`),
-and a selection that is FAISS's heap insertion with the per-document weight multiplied in as each
-score is read (:func:`normrank.search.kernels.heap_add_weighted`; the same heaps as FAISS's
-``float_minheap_array_t.addn`` on the multiplied scores, bit for bit). So it reads the same bytes
-and runs the same BLAS kernel as ``IndexFlatIP.search`` plus one float per document and one
-multiply per score, whichever BLAS libraries numpy, scipy and FAISS happen to bundle on a machine
-(numpy's and FAISS's differ by up to ~10% on the same product: the ratio to FAISS would measure
-that, not the weighting). Without numba the weights are multiplied in numpy (into the scores, or
-into the documents when there are more queries than dimensions: whichever is fewer multiplies)
-and FAISS's ``addn`` selects: the same positions, a few percent slower.
+the weights multiplied in numpy (into the scores, or into the documents when there are more
+queries than dimensions: whichever is fewer multiplies), and FAISS's own heaps select
+(``float_minheap_array_t.addn``). So it reads the same bytes and runs the same BLAS kernel as
+``IndexFlatIP.search`` plus one float per document and one multiply per score, whichever BLAS
+libraries numpy, scipy and FAISS happen to bundle on a machine (numpy's and FAISS's differ by up
+to ~10% on the same product: the ratio to FAISS would measure that, not the weighting). No
+compiled kernel of normrank's own: a search loads nothing FAISS and numpy have not loaded.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidParameterError
-from normrank.search.kernels import heap_add_weighted, heap_kernel
 
 __all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
 
@@ -294,21 +291,6 @@ def inner_products_small(q: np.ndarray, docs: np.ndarray) -> np.ndarray:
     return out
 
 
-_ONES = np.ones(0, dtype=np.float32)
-
-
-def _ones(m: int) -> np.ndarray:
-    """``m`` float32 ones, read only, from one shared array grown as needed (a cosine search
-    would otherwise allocate and fill a block's worth per call)."""
-    global _ONES
-    ones = _ONES
-    if ones.size < m:
-        ones = np.ones(m, dtype=np.float32)
-        ones.flags.writeable = False
-        _ONES = ones  # one assignment: a concurrent reader keeps the array it took
-    return ones[:m]
-
-
 def weighted_flat_search(
     unit_vectors: np.ndarray,
     weights: np.ndarray | None,
@@ -349,15 +331,9 @@ def weighted_flat_search(
             widen = min(-(-_BLOCK_WORK // (nqb * d * doc_block)), query_block // nqb)
             block = doc_block * max(1, widen)
             buffer = np.empty(nqb * min(block, n), dtype=np.float32)  # reused by every block
-        # The fused kernel multiplies each score as the heap reads it (no extra pass). Without
-        # it, weights go where they cost fewer multiplies: on the (m, d) documents when there
-        # are more queries than dimensions, else on the (nq, m) scores.
-        fused = heap_kernel() == "numba"
-        if fused:
-            # Cosine (no weights) runs the same kernel with weights 1: x * 1 is x exactly, and
-            # its selection is ~2x cheaper per score than FAISS's public addn.
-            weights_in = _ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float32)
-        scale_docs = weights is not None and not fused and buffer is not None and nqb > d
+        # Weights go where they cost fewer multiplies: on the (m, d) documents when there are
+        # more queries than dimensions, else on the (nq, m) scores.
+        scale_docs = weights is not None and buffer is not None and nqb > d
         doc_buffer = np.empty((min(block, n), d), dtype=np.float32) if scale_docs else None
         for j0 in range(0, n, block):
             docs = np.ascontiguousarray(unit_vectors[j0 : j0 + block], dtype=np.float32)
@@ -368,9 +344,6 @@ def weighted_flat_search(
                 s = inner_products_small(q, docs)
             else:
                 s = inner_products(q, docs, buffer[: nqb * m].reshape(nqb, m))
-            if fused:
-                heap_add_weighted(values, positions, s, weights_in[j0 : j0 + m], j0)
-                continue
             if weights is not None and not scale_docs:
                 s *= weights[j0 : j0 + m]
             heap.addn(m, faiss.swig_ptr(s), j0, 0, nqb)

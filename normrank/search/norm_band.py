@@ -1,5 +1,6 @@
 """What the Qdrant backends (client and Edge) share with :mod:`normrank.search.ann`: one definition of
-the first band, the cosine depths, and the bound test.
+the first band, the cosine depths (both :func:`normrank.search.plan.plan_search`'s), and the
+bound test.
 
 The method is :mod:`normrank.search.ann`'s: a band of extreme norms on the side alpha favours is
 fetched whole (a norm-range filter in Qdrant, a weight-order scan in FAISS) together with the
@@ -17,7 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.scoring import WEIGHT_CAP
-from normrank.search.ann import default_band_start, default_start, default_trust_depth, unseen_bound
+from normrank.search.ann import unseen_bound
+from normrank.search.plan import plan_search
 from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
 __all__ = [
@@ -61,22 +63,21 @@ def hnsw_params(hnsw_ef: int | None) -> dict[str, int]:
 
 
 def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int:
-    """Size of the first extreme-norm band: :func:`normrank.search.ann.default_band_start` (~1/30 of
-    the documents, at most 8 x ``hnsw_ef``, at most 2048 for an exact search), or ``n_tail``."""
-    return int(min(n, default_band_start(n, params) if n_tail is None else int(n_tail)))
+    """Size of the first extreme-norm band: the plan's (:func:`normrank.search.plan.plan_search`:
+    ~1/30 of the documents, at most 8 x ``hnsw_ef``, at most 2048 for an exact search), or
+    ``n_tail``."""
+    return int(min(n, plan_search(1, 1, n, params).band if n_tail is None else int(n_tail)))
 
 
 def search_depths(n: int, k: int, k_factor: int, params: dict[str, int]) -> tuple[int, int]:
-    """``(depth, trust)``: the cosine depth fetched outside the band
-    (:func:`normrank.search.ann.default_start`) and the rank whose cosine bounds every document not
-    fetched (:func:`normrank.search.ann.default_trust_depth`: an eighth of ``hnsw_ef``, at least
-    ``2 k``; all of the
-    depth for an exact search). Trusting the whole depth instead made the widened band a few
+    """``(depth, trust)`` of the plan (:func:`normrank.search.plan.plan_search`): the cosine depth
+    fetched outside the band and the rank whose cosine bounds every document not fetched (an
+    eighth of ``hnsw_ef``, at least ``2 k``; all of the depth for an exact search). Trusting the whole depth instead made the widened band a few
     times smaller but lost recall through the graph's misses (26,953 real MiniLM embeddings,
     hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting rank 64;
     plain cosine recall 0.992)."""
-    depth = min(n, default_start(k, k_factor, params, n))
-    return depth, min(depth, max(k, default_trust_depth(depth, params, k)))
+    plan = plan_search(k, k_factor, n, params)
+    return plan.depth, plan.trust
 
 
 def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool:

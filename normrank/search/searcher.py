@@ -1,6 +1,7 @@
 """How a NormIndex search runs, in one place: queries grouped by alpha, then the flat kernel
 (:mod:`normrank.search.flat`, or :mod:`normrank.search.torch_flat` on a device) for flat storage, or
-the ANN method (:mod:`normrank.search.ann`) for IVF / HNSW; positions mapped back to ids."""
+the ANN method (:mod:`normrank.search.ann`) for IVF / HNSW, at the depths of one plan
+(:func:`normrank.search.plan.plan_search`); positions mapped back to ids."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import faiss
 import numpy as np
 
 from normrank.search import ann as _ann
-from normrank.search import quantized_scan
 from normrank.search.cache import SearchCache
-from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage, search_raw
+from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage
 from normrank.search.flat import weighted_flat_search
-from normrank.settings import WEIGHT_CACHE_ENTRIES
+from normrank.search.plan import SearchStats, plan_search
+from normrank.search.rows import row_source
 from normrank.validation import (
     MAX_ABS_ALPHA,
     MAX_RESULT_ENTRIES,
@@ -98,12 +99,14 @@ def search_into(
     n_tail: int | None,
     max_depth: int | None,
     device: str | None,
+    stats: SearchStats | None = None,
 ) -> None:
     """Fill ``scores`` / ``ids`` ``(nq, k)`` with the top-``k`` of ``cos * base**alpha``.
 
     ``index`` holds the unit vectors (``inner``: the index beneath its id map), ``doc_ids`` and
     ``base`` (weights) are by storage position, ``n_removed`` counts tombstoned vectors still in
-    ``index``; the options are those of ``NormIndex``."""
+    ``index``; the options are those of ``NormIndex``; ``stats`` is filled when given."""
+    stats = stats if stats is not None else SearchStats()
     nq = unit_q.shape[0]
     # The work is bounded by what exists: a huge k on a few documents costs what k = ntotal does,
     # and the rest of each row stays the -inf / -1 padding the caller allocated.
@@ -111,13 +114,6 @@ def search_into(
         k = doc_ids.size
         scores, ids = scores[:, :k], ids[:, :k]
     flat = inner if isinstance(inner, faiss.IndexFlat) else None
-    if nq == 1 and flat is None:  # the latency case: one query, one alpha, no grouping
-        plan = _ann_plan(index, inner, doc_ids, base, n_removed, cache, k, float(alphas[0]),
-                         factor, ann, n_tail, max_depth)  # fmt: skip
-        s, pos = _ann.adaptive_search(index, unit_q, k, **plan)
-        scores[0] = s[0]
-        ids[0] = cache.fenced_ids(doc_ids)[pos[0]]  # position -1 reads the fence: id -1
-        return
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
@@ -125,31 +121,46 @@ def search_into(
         if flat is not None:  # the flat kernel blocks queries and documents itself
             weights = cache.power(base, alpha)
             s, pos = _search_flat(flat, weights, unit_q[rows], k, alpha, cache, device)
-            scores[rows] = s
-            ids[rows] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
-            continue
-        plan = _ann_plan(
-            index, inner, doc_ids, base, n_removed, cache, k, alpha, factor, ann, n_tail, max_depth
-        )
-        for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
-            sub = rows[r0 : r0 + _ANN_QUERY_BLOCK]
-            s, pos = _ann.adaptive_search(index, unit_q[sub], k, **plan)
-            scores[sub] = s
-            ids[sub] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
+            stats.path, stats.scanned, stats.depth = "flat", doc_ids.size, doc_ids.size
+        else:
+            args = _ann_args(index, inner, doc_ids, base, n_removed, cache, k, alpha, factor, ann,
+                             n_tail, max_depth, ann_params(inner))  # fmt: skip
+            parts = [
+                _ann.adaptive_search(index, unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]], k, *args, stats=stats)
+                for r0 in range(0, rows.size, _ANN_QUERY_BLOCK)  # bounded candidate arrays
+            ]
+            s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        scores[rows] = s
+        ids[rows] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
+    stats.cache_bytes = cache.nbytes
+
+
+def _ann_args(index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann,
+              n_tail, max_depth, params):  # fmt: skip
+    """``(weights, lookup, plan, order)`` of :func:`normrank.search.ann.adaptive_search` for one
+    alpha at the breadth ``params`` (read by the caller: FAISS's breadth can change under us)."""
+    n_all = doc_ids.size + n_removed
+    overfetch = ann == "overfetch"
+    plan = plan_search(k, factor, n_all, params, n_tail=n_tail, max_depth=max_depth, overfetch=overfetch)
+    weights = cache.power(base, alpha)
+    if overfetch and weights is None:  # cosine through the re-scoring path: weights 1
+        weights = np.ones(doc_ids.size, dtype=np.float32)
+    order = None
+    if not overfetch and weights is not None:
+        if cache.rows is None:
+            cache.rows = row_source(index, inner, doc_ids, n_removed)
+        order = cache.order(base, alpha, cache.rows)
+    return weights, cache.id_lookup(doc_ids), plan, order
 
 
 class OneQuery:
     """The latency case, bound to one index state: one float32 query through an IVF / HNSW index
-    at FAISS's own breadth. Built at the state's first single search and dropped with its
-    :class:`SearchCache` (any change of the index), it keeps what :func:`search_into` would look
-    up again on every call (the breadth reader, the plan's compiled scan and its buffers, the
-    ids by position), so that a call costs the argument checks, FAISS's search and the compiled
-    scan: 8.4k documents, HNSW efSearch 64, ~14 us a query less than through
-    :func:`search_into`. The same plans, candidates and kernels, so the same results bit for
+    at FAISS's own breadth, with what :func:`search_into` would look up again on every call
+    (the breadth reader) kept. The same plans, candidates and scan, so the same results bit for
     bit; anything else returns None and the general path decides (and raises its typed errors).
     """
 
-    __slots__ = ("_base", "_breadth", "_cache", "_dim", "_doc_ids", "_index", "_inner", "_n_removed", "_runs")
+    __slots__ = ("_base", "_breadth", "_cache", "_dim", "_doc_ids", "_index", "_inner", "_n_removed")
 
     def __init__(
         self, index, inner, doc_ids: np.ndarray, base: np.ndarray, n_removed: int, cache: SearchCache
@@ -158,83 +169,27 @@ class OneQuery:
         self._n_removed, self._cache = n_removed, cache
         self._dim = int(index.d)
         self._breadth = breadth_reader(inner)
-        self._runs: dict[tuple, tuple] = {}
 
-    def __call__(self, q, k, alpha, default_alpha: float, factor: int, ann: str, n_tail, max_depth):
+    def __call__(self, q, k, alpha, default_alpha: float, factor: int, ann: str, n_tail, max_depth,
+                 stats: SearchStats | None = None):  # fmt: skip
         """``(scores, ids)`` ``(1, k)``, or None: not the latency case."""
         one = _one_query(q, k, alpha, self._dim, default_alpha)
-        if one is None or k > self._doc_ids.size or ann == "overfetch":
+        if one is None or k > self._doc_ids.size:
             return None
         unit_q, a = one
-        params = self._breadth()
-        if a == 0:  # FAISS's own answer, without the id round trip, unless removed documents may take places
-            if self._n_removed:
-                return None
-            cos, cand = _ann._search(self._index, unit_q, k, params)
-            return None if cand[0, -1] < 0 else (cos, cand)
-        key = (a, k, factor, ann, n_tail, max_depth, tuple(params.items()))
-        run = self._runs.get(key)
-        if run is None:
-            if len(self._runs) >= WEIGHT_CACHE_ENTRIES:  # as many as the plans they hold
-                self._runs.pop(next(iter(self._runs)))
-            run = self._runs[key] = self._run(key, unit_q.shape[1], params)
-        depth, wider, lookup, scan, plan = run
-        cos, cand = search_raw(self._index, unit_q, depth, wider)
-        got = None if scan is None else scan(unit_q[0], cos[0], lookup(cand[0]))
-        if got is None:  # pads, tombstones, no compiled scan: the general path's rerank
-            s, pos = _ann.rerank(cos, cand, unit_q, k, plan["weights"], lookup, depth=depth,
-                                 order=plan["order"], band_start=plan["band_start"],
-                                 trust_depth=plan["trust_depth"])  # fmt: skip
-            return s, self._cache.fenced_ids(self._doc_ids)[pos]
-        return got[0][None].copy(), self._cache.fenced_ids(self._doc_ids).take(got[1])[None]
-
-    def _run(self, key: tuple, d: int, params: dict[str, int]) -> tuple:
-        a, k, factor, ann, n_tail, max_depth, _ = key
-        plan = _ann_plan(self._index, self._inner, self._doc_ids, self._base, self._n_removed,
-                         self._cache, k, a, factor, ann, n_tail, max_depth, params)  # fmt: skip
-        depth, order = plan["depth"], plan["order"]
-        ef = params.get("efSearch")
-        wider = faiss.SearchParametersHNSW(efSearch=depth) if ef is not None and depth > ef else None
-        scan = None
-        fused = quantized_scan.fused_scan(d) if order.quantized is not False else None
-        if fused is not None and depth >= k:
-            trust = min(depth, max(k, plan["trust_depth"] or depth))
-            scan = quantized_scan.FusedScan(fused, order, plan["weights"], k, trust, plan["band_start"])
-        return depth, wider, plan["lookup"], scan, plan
-
-
-def _ann_plan(
-    index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann, n_tail, max_depth,
-    params=None,
-):  # fmt: skip
-    """The keyword arguments of :func:`normrank.search.ann.adaptive_search` for one alpha: kept in the
-    cache per (alpha, k, over-fetch, index breadth, options), since they are the same for every
-    query of an index state (rebuilding them costs about as much as a small index search).
-    ``params``: :func:`ann_params` of ``inner``, read by the caller for this call."""
-    if params is None:
-        params = ann_params(inner)  # read every call: FAISS's breadth can change under us
-    key = (alpha, k, factor, ann, n_tail, max_depth, tuple(params.items()))
-    plan = cache.plans.get(key)
-    if plan is not None:
-        return plan
-    weights = cache.power(base, alpha)
-    lookup = cache.id_lookup(doc_ids)
-    n_all = doc_ids.size + n_removed
-    if ann == "overfetch":
-        ones = np.ones(doc_ids.size, dtype=np.float32) if weights is None else weights
-        plan = {"weights": ones, "depth": min(n_all, k * factor), "lookup": lookup}
-    else:
-        depth = min(n_all, _ann.default_start(k, factor, params, n_all))
-        if max_depth is not None:
-            depth = min(depth, max(k, max_depth))
-        order = cache.order(base, alpha, lambda pos: index.reconstruct_batch(doc_ids[pos]))
-        plan = {
-            "weights": weights, "depth": depth, "order": order, "params": params, "lookup": lookup,
-            "band_start": _ann.default_band_start(doc_ids.size, params) if n_tail is None else n_tail,
-            "trust_depth": _ann.default_trust_depth(depth, params, k),
-        }  # fmt: skip
-    cache.remember_plan(key, plan)
-    return plan
+        stats = stats if stats is not None else SearchStats()
+        if a == 0 and not self._n_removed and ann != "overfetch":
+            # Cosine: FAISS's own answer, its ids as they are (no id round trip).
+            cos, cand = _ann._search(self._index, unit_q, k, self._breadth().get("efSearch"))
+            if cand[0, -1] >= 0:
+                stats.path, stats.depth, stats.rounds = "cosine", k, 1
+                stats.cache_bytes = self._cache.nbytes
+                return cos, cand
+        args = _ann_args(self._index, self._inner, self._doc_ids, self._base, self._n_removed, self._cache,
+                         k, a, factor, ann, n_tail, max_depth, self._breadth())  # fmt: skip
+        s, pos = _ann.adaptive_search(self._index, unit_q, k, *args, stats=stats)
+        stats.cache_bytes = self._cache.nbytes
+        return s, np.where(pos >= 0, self._doc_ids[np.maximum(pos, 0)], -1)
 
 
 def _search_flat(flat, weights, unit_q, k, alpha, cache: SearchCache, device: str | None):

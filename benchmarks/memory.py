@@ -1,0 +1,176 @@
+"""Resident memory of a NormIndex beside the FAISS index it wraps, per kind (not a test).
+
+Each (kind, side) runs in a fresh subprocess, so that nothing one side loaded counts for the
+other. In each process:
+
+1. the libraries are imported (RSS ``r0``);
+2. a small index of the kind is built, searched (alpha = 0, -0.5, +0.5; one query and a batch
+   of 20) and dropped: what stays is the **fixed cost** of a first search (libraries' lazily
+   loaded code and pools: numba's LLVM runtime was ~125 MiB of it), RSS ``r1``;
+3. ``n`` documents are added to a fresh index of the kind and searched the same way; the index
+   kept, the data dropped: RSS ``r2``. **Bytes per document** = ``(r2 - r1) / n``.
+
+RSS is read after ``gc.collect()`` and glibc's ``malloc_trim(0)`` (freed heap given back).
+Vectors: ``n x d`` clustered float32 with log-normal norms (``bench_data``-like statistics, made
+here so that the run needs no data). "faiss" is the plain factory index with inner product over
+the same unit vectors (no id map, no direct map: what a FAISS user holds); "normrank" is
+``NormIndex(d, factory=kind)`` fed the raw vectors. IVF indexes search at nprobe 32, HNSW at
+efSearch 64, both sides. Usage:
+
+    nice -n 10 python benchmarks/memory.py --n 200000 [--kinds "Flat;HNSW32"] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+KINDS = ("Flat", "IVF1024,Flat", "HNSW32", "IVF1024,PQ48", "HNSW32,SQ8")
+ALPHAS = (0.0, -0.5, 0.5)
+_TRAIN = 40_000  # IVF1024 wants >= 39 points per centroid
+_SMALL = 2_000
+
+
+def _rss() -> int:
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc: RSS as it is
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _vectors(np, n: int, d: int, seed: int, block: int = 20_000):
+    """``n x d`` clustered float32 with log-normal norms, a block at a time."""
+    rng = np.random.default_rng(12345)
+    centres = rng.standard_normal((64, d)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    for s in range(0, n, block):
+        m = min(block, n - s)
+        x = centres[rng.integers(0, 64, m)] + 0.8 * rng.standard_normal((m, d)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        x *= rng.lognormal(0.0, 0.35, (m, 1)).astype(np.float32)
+        yield x
+
+
+def _child(kind: str, side: str, n: int, d: int) -> dict:
+    import faiss
+    import numpy as np
+
+    if side == "normrank":
+        from normrank import NormIndex
+    r0 = _rss()
+    queries = next(_vectors(np, 20, d, seed=7))
+
+    def build(count: int):
+        if side == "faiss":
+            index = faiss.index_factory(d, kind, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = NormIndex(d, factory=kind)
+        inner = index if side == "faiss" else index.faiss_index
+        if not index.is_trained:
+            train = np.concatenate(list(_vectors(np, _TRAIN, d, seed=1)))
+            if side == "faiss":
+                train /= np.linalg.norm(train, axis=1, keepdims=True)
+            index.train(train)
+            del train
+        for x in _vectors(np, count, d, seed=2):
+            if side == "faiss":
+                x /= np.linalg.norm(x, axis=1, keepdims=True)
+            index.add(x)
+        ivf = _ivf(faiss, inner)
+        if ivf is not None:
+            ivf.nprobe = 32
+        hnsw = _hnsw(faiss, inner)
+        if hnsw is not None:
+            hnsw.hnsw.efSearch = 64
+        return index
+
+    def search(index) -> int:
+        """Searches at every alpha; the search cache's bytes after them (normrank)."""
+        cache = 0
+        for a in ALPHAS:
+            for q in (queries[:1], queries):
+                if side == "faiss":
+                    index.search(q / np.linalg.norm(q, axis=1, keepdims=True), 10)
+                else:
+                    cache = index.search(q, 10, alpha=a, return_stats=True)[2].cache_bytes
+        return cache
+
+    small = build(_SMALL)
+    search(small)
+    del small
+    r1 = _rss()
+    t = time.perf_counter()
+    index = build(n)
+    built = time.perf_counter() - t
+    cache = search(index)
+    r2 = _rss()
+    return {"kind": kind, "side": side, "n": n, "d": d, "fixed_mib": (r1 - r0) / 2**20,
+            "bytes_per_doc": (r2 - r1) / n, "build_s": round(built, 1), "search_cache_bytes": cache}  # fmt: skip
+
+
+def _ivf(faiss, index):
+    try:
+        return faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def _hnsw(faiss, index):
+    for _ in range(4):
+        index = faiss.downcast_index(index)
+        if isinstance(index, faiss.IndexHNSW):
+            return index
+        index = getattr(index, "index", None)
+        if index is None:
+            return None
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--d", type=int, default=384)
+    ap.add_argument("--kinds", default=";".join(KINDS), help="index factory strings, ;-separated")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "SIDE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.child[0], args.child[1], args.n, args.d)))
+        return
+    rows = []
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    for kind in args.kinds.split(";"):
+        got = {}
+        for side in ("faiss", "normrank"):
+            cmd = [sys.executable, __file__, "--n", str(args.n), "--d", str(args.d), "--child", kind, side]
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if res.returncode:
+                print(res.stderr[-2000:], file=sys.stderr)
+                raise SystemExit(f"{kind} / {side} failed")
+            got[side] = json.loads(res.stdout.strip().splitlines()[-1])
+            print(json.dumps(got[side]), flush=True)
+        rows.append(got)
+    print(
+        f"\n| index (n = {args.n:,}) | FAISS B/doc | NormIndex B/doc | extra | × | fixed MiB FAISS / NormIndex |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for got in rows:
+        f, m = got["faiss"], got["normrank"]
+        print(f"| {f['kind']} | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
+              f"{m['bytes_per_doc'] - f['bytes_per_doc']:+,.0f} | {m['bytes_per_doc'] / f['bytes_per_doc']:.2f} | "
+              f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
