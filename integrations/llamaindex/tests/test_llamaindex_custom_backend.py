@@ -119,7 +119,7 @@ def test_a_vector_store_index_over_the_docs_backend(data):
     ctx = StorageContext.from_defaults(vector_store=store)
     # the nodes carry their embeddings and the query brings its own: the model is never called
     index = VectorStoreIndex(nodes(x), storage_context=ctx, embed_model=MockEmbedding(embed_dim=DIM))
-    retriever = index.as_retriever(similarity_top_k=3, norm_alpha=1.0)
+    retriever = index.as_retriever(similarity_top_k=3, vector_store_kwargs={"norm_alpha": 1.0})
     got = retriever.retrieve(QueryBundle(query_str="q", embedding=queries[1].tolist()))
     assert [n.node.node_id for n in got] == numpy_top(x, queries[1], list(range(N)), 1.0, 3)
 

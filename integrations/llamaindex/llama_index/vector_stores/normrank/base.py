@@ -3,7 +3,9 @@
 Query similarities are the norm-weighted score ``cos(q, d) * ||d||**norm_alpha`` (higher is
 better; plain cosine when ``norm_alpha = 0``). LlamaIndex's own ``alpha`` is the hybrid-search
 weight, hence the name ``norm_alpha``. Override it per query with
-``index.as_retriever(norm_alpha=-0.5)`` or ``vector_store_kwargs={"norm_alpha": -0.5}``.
+``index.as_retriever(vector_store_kwargs={"norm_alpha": -0.5})`` or
+``NormRankRetriever(index, norm_alpha=-0.5)`` (a plain ``as_retriever(norm_alpha=...)`` drops the
+keyword: LlamaIndex's retriever discards keywords it does not know, and normrank patches nothing).
 The store itself is :class:`normrank.store.keyed_store.KeyedStore`.
 
 Persisting: ``index.storage_context.persist(d)`` writes ``d/default__normrank_store.json`` (and
@@ -103,7 +105,8 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
     Args:
         dim: embedding dimension; ``None`` takes it from the first added node.
         norm_alpha: default exponent on the document norm, within [-16, 16]
-            (``as_retriever(norm_alpha=...)`` or ``query(..., norm_alpha=...)`` override it).
+            (``as_retriever(vector_store_kwargs={"norm_alpha": ...})``, ``NormRankRetriever`` or
+            ``query(..., norm_alpha=...)`` override it).
         factory: FAISS factory string of the underlying index (``"Flat"`` = exact).
 
     Stores node text and metadata (``stores_text = True``), so it works with
@@ -281,7 +284,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by cos·‖d‖^norm_alpha among those passing the filters.
 
-        Keyword arguments (``vector_store_kwargs``, or ``as_retriever(norm_alpha=...)``):
+        Keyword arguments (``vector_store_kwargs``, or ``NormRankRetriever(index, norm_alpha=...)``):
         ``norm_alpha`` (overrides the store's default for this query) and, for ``mode=MMR``,
         ``mmr_threshold`` (the MMR lambda, default 0.5, also read from the query). MMR is
         ``SimpleVectorStore``'s (LlamaIndex's ``get_top_k_mmr_embeddings``) over every node
@@ -297,7 +300,8 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         if query.alpha is not None:
             raise InvalidParameterError(
                 f"alpha={query.alpha} is LlamaIndex's hybrid-search weight and this store has no hybrid "
-                "mode; for the exponent on the document norm use as_retriever(norm_alpha=...)"
+                "mode; for the exponent on the document norm use "
+                'as_retriever(vector_store_kwargs={"norm_alpha": ...})'
             )
         if query.query_embedding is None:
             raise InvalidInputError("VectorStoreQuery.query_embedding is required")
