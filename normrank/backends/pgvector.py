@@ -555,5 +555,7 @@ class PgVectorNormIndex(Searches):
         returns ``TABLE(id bigint, score float8)``: this table's top-``k`` by
         ``cos * w**alpha``, by the same band + bound search (docs/postgres.md)."""
         fn = _checked_table(name)
-        ef = min(self.ef_search, EF_CAP)  # pgvector's limit: a wider breadth scans at its limit
-        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, ef, self._iterative))
+        # The plan at this ef_search, as the client's searches; sent within pgvector's limit (a
+        # wider breadth scans at its limit).
+        ef = self.ef_search
+        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, ef, self._iterative, EF_CAP))

@@ -3,11 +3,13 @@ candidates from PostgreSQL, the weight band scanned in the client, as the FAISS 
 
 PostgreSQL returns only the ``depth`` best cosines per query (its HNSW index, one statement for
 all queries of a call). The weight-order scan then runs in the client, on
-:mod:`normrank.search.ann`'s own machinery (:func:`normrank.search.ann.rerank`: the same first
-chunk, bound, int8 pre-scan of a single query and BLAS segments of a batch) over a copy of the
-table that the client holds: every row's id and weight (``coalesce(weight, norm)``), read whole,
-and the unit vectors in weight order, read lazily, only as far as searches have needed to scan
-(:class:`normrank.search.ann.WeightOrder`, whose ``fetch`` reads rows by id from the table).
+:mod:`normrank.search.ann`'s own machinery (:func:`normrank.search.ann.rerank` with the plan of
+:func:`normrank.search.plan.plan_search`: the same depth, trusted rank, first chunk and bound as
+NormIndex at the same ``efSearch``) over a copy of the table that the client holds: every row's
+id and weight (``coalesce(weight, norm)``), read whole, and the unit vectors in weight order,
+read lazily, only as far as searches have needed to scan (one
+:class:`normrank.search.rows.PrefixCopy` per weight order, whose rows :meth:`ClientCopy.fetch`
+reads by id from the table).
 
 Coherence: every write to the table, by normrank or by plain SQL, bumps a generation counter
 in the registry row of the table (``normrank_tables.generation``), by a statement-level trigger
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -33,9 +36,11 @@ import numpy as np
 from normrank.backends import pgvector_sql as S
 from normrank.errors import IndexStateError
 from normrank.scoring import WEIGHT_CAP
-from normrank.search.ann import AnnStats, rerank
+from normrank.search.ann import rerank
 from normrank.search.cache import SearchCache
 from normrank.search.norm_band import band_edge, bound_holds
+from normrank.search.plan import SearchPlan, SearchStats
+from normrank.search.rows import PrefixCopy
 
 __all__ = [
     "NEEDS_SNAPSHOT",
@@ -125,6 +130,7 @@ class ClientCopy:
         self.base = np.empty(0, dtype=np.float32)
         self.cache = SearchCache()
         self.conn: Any = None  # the connection of the search in progress (fetch reads through it)
+        self.t: Any = None  # and its table
         self.reads = 0  # times the copy was (re-)read: for tests and benchmarks
 
     @property
@@ -141,12 +147,12 @@ class ClientCopy:
         self.key = key
         self.reads += 1
 
-    def fetch(self, pos: np.ndarray, t: Any) -> np.ndarray:
+    def fetch(self, pos: np.ndarray) -> np.ndarray:
         """Unit vectors of storage positions ``pos``, read in the search's transaction."""
         if self.conn is None:
             raise _NoSnapshot
         want = self.ids[pos]
-        got = S.vectors_of(self.conn, t, want)
+        got = S.vectors_of(self.conn, self.t, want)
         if got.shape[0] != want.size:
             raise IndexStateError(
                 f"the table changed under a search ({got.shape[0]} of {want.size} rows found): "
@@ -156,8 +162,9 @@ class ClientCopy:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the vectors copied so far (fp32 and int8), both signs of alpha."""
-        return sum(o.nbytes for o in self.cache.orders.values())
+        """Bytes the client holds of the table: ids, weight bases, and the search cache (weights
+        per alpha, the weight orders and the vectors read so far, both signs of alpha)."""
+        return self.ids.nbytes + self.base.nbytes + self.cache.nbytes
 
 
 #: :func:`client_search`'s answer when the search needs a transaction (the copy to re-read, or
@@ -177,16 +184,16 @@ def client_search(
     unit_q: np.ndarray,
     alphas: np.ndarray,
     k: int,
-    depth_of: Callable[[int | None], tuple[int, int]],
-    band_of: Callable[[int], int],
+    plan_of: Callable[[int | None], SearchPlan],
     scores: np.ndarray,
     ids: np.ndarray,
+    stats: SearchStats,
     *,
     in_transaction: bool,
 ) -> int | None:
-    """The band + bound search of ``unit_q`` (alphas != 0) into ``scores`` / ``ids`` rows.
-    ``depth_of(n)`` gives the cosine depth and the trusted rank for ``n`` rows, ``band_of(n)``
-    the first chunk.
+    """The band + bound search of ``unit_q`` (alphas != 0) into ``scores`` / ``ids`` rows, and
+    what it did into ``stats``. ``plan_of(n)`` is the search's plan over ``n`` rows (None: as
+    many as the table was last seen to hold): the copy's count once it is read.
 
     The generation and the candidates come from one statement (one snapshot). Without a
     transaction (``in_transaction=False``, one statement, the common case) the search finishes
@@ -195,7 +202,7 @@ def client_search(
     REPEATABLE READ transaction, where the copy is re-read and grown in the candidates'
     snapshot. Returns the number of queries that scanned past the first chunk, or None when the
     table has no working generation trigger (nothing filled: score the band in SQL)."""
-    depth, trust = depth_of(copy.n if copy.key is not None else None)
+    depth = plan_of(copy.n if copy.key is not None else None).depth
     gen, cands = S.candidates(conn, t, _trigger_name(table), unit_q, depth)
     if gen is None:
         raise IndexStateError(f"table {table!r} is no longer registered")
@@ -209,21 +216,26 @@ def client_search(
     n = copy.n
     if n == 0:
         return 0
-    copy.conn = conn if in_transaction else None
-    out_s, out_i = scores.copy(), ids.copy()
+    copy.conn, copy.t = (conn if in_transaction else None), t
+    out_s, out_i, did = scores.copy(), ids.copy(), SearchStats(path="scan")
+    # The plan over the rows the copy holds, at the depth fetched (the copy may have been re-read).
+    plan = replace(plan_of(n), depth=depth)
     try:
-        widened = _rerank_all(
-            copy, t, unit_q, alphas, cands, min(k, n), depth, trust, band_of(n), out_s, out_i
-        )
+        widened = _rerank_all(copy, unit_q, alphas, cands, min(k, n), plan, out_s, out_i, did)
     except _NoSnapshot:
         return NEEDS_SNAPSHOT
     finally:
-        copy.conn = None
+        copy.conn = copy.t = None
     scores[...], ids[...] = out_s, out_i
+    did.widened, did.cache_bytes = widened, copy.nbytes
+    vars(stats).update(vars(did))
     return widened
 
 
-def _rerank_all(copy, t, unit_q, alphas, cands, k, depth, trust, band0, scores, ids) -> int:
+def _rerank_all(copy, unit_q, alphas, cands, k, plan: SearchPlan, scores, ids, did: SearchStats) -> int:
+    """Every query re-scored and scanned (:func:`normrank.search.ann.rerank`, one call per alpha
+    for the queries that got the whole depth, one per query for the others); what the calls
+    did is summed into ``did``. Returns the queries that scanned past the first chunk."""
     nq = unit_q.shape[0]
     counts = np.array([len(c[0]) for c in cands], dtype=np.int64)
     width = int(counts.max()) if nq else 0
@@ -234,33 +246,36 @@ def _rerank_all(copy, t, unit_q, alphas, cands, k, depth, trust, band0, scores, 
         cos[j, : len(cs)] = cs
     cache, widened = copy.cache, 0
     lookup = cache.id_lookup(copy.ids)
-    fetch = lambda pos: copy.fetch(pos, t)  # noqa: E731
-    expect = min(depth, copy.n)  # what the graph returns when it returns all it was asked
+    expect = min(plan.depth, copy.n)  # what the graph returns when it returns all it was asked
+    did.depth = plan.depth
+
+    def run(rows: np.ndarray, c: int) -> int:
+        """:func:`rerank` of the queries ``rows`` over their first ``c`` cosines (the trusted
+        rank never past ``c``: rerank's own clamp); 1 per query that scanned past the band."""
+        one = SearchStats()
+        s, pos = rerank(cos[rows, :c], cand[rows, :c], unit_q[rows], k, weights, lookup, plan, order, one)
+        _fill(scores, ids, rows, s, pos, copy.ids)
+        did.scanned, did.rounds = max(did.scanned, one.scanned), did.rounds + one.rounds
+        return one.widened if rows.size > 1 else int(one.scanned > plan.band)
+
     for a in np.unique(alphas):
         alpha = float(a)
         rows = np.flatnonzero(alphas == a)
         weights = cache.power(copy.base, alpha)
-        order = cache.order(copy.base, alpha, fetch)
+        # (the row source is used only when the order for this sign is first built)
+        order = cache.order(copy.base, alpha, PrefixCopy(copy.fetch))
         batch = rows[counts[rows] == expect]
         if batch.size:  # every query here got the whole depth: one scan (BLAS segments for a batch)
-            stats = AnnStats()
-            s, pos = rerank(cos[batch, :expect], cand[batch, :expect], unit_q[batch], k, weights, lookup,
-                            depth=expect, order=order, band_start=band0, trust_depth=min(trust, expect),
-                            stats=stats)  # fmt: skip
-            _fill(scores, ids, batch, s, pos, copy.ids)
-            widened += stats.widened if batch.size > 1 else int(stats.max_scanned > band0)
+            widened += run(batch, expect)
         for i in np.setdiff1d(rows, batch):  # the graph gave fewer: trust its last cosine
             c = int(counts[i])
             if c == 0:
                 s, pos = _brute(order, weights, unit_q[i], k)
+                _fill(scores, ids, np.array([i]), s, pos, copy.ids)
+                did.scanned, did.rounds = copy.n, did.rounds + 1
                 widened += 1
             else:
-                stats = AnnStats()
-                s, pos = rerank(cos[i : i + 1, :c], cand[i : i + 1, :c], unit_q[i : i + 1], k, weights,
-                                lookup, depth=c, order=order, band_start=band0, trust_depth=min(trust, c),
-                                stats=stats)  # fmt: skip
-                widened += int(stats.max_scanned > band0)
-            _fill(scores, ids, np.array([i]), s, pos, copy.ids)
+                widened += run(np.array([i]), c)
     return widened
 
 

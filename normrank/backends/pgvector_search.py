@@ -11,6 +11,11 @@ strict_order`` (the scan goes on past the dead rows, in exact distance order, up
 ``hnsw.max_scan_tuples``). A query that still gets fewer than ``k`` rows is answered by an exact
 scan: ``k`` rows come back whenever ``k`` rows exist. Nothing is remembered between searches: a
 setting that a rolled-back transaction undid cannot leak into the next search.
+
+The depths are the plan's (:func:`normrank.search.plan.plan_search` at ``efSearch = ef_search``,
+NormIndex's rule for an HNSW at the same breadth); ``hnsw.ef_search`` is then widened to the
+plan's depth as FAISS's beam is, within :data:`EF_CAP`. The band scored in SQL asks the plan to
+trust its whole depth (``trust_whole_depth``: every widening there is a second round in SQL).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from numpy.typing import ArrayLike
 
 from normrank.backends import pgvector_band as B
 from normrank.backends import pgvector_sql as S
-from normrank.search.norm_band import first_band, hnsw_params, search_depths, start_search
+from normrank.search.norm_band import hnsw_params, start_search
+from normrank.search.plan import SearchPlan, SearchStats, plan_search
 from normrank.validation import as_positive_int
 
 __all__ = ["EF_CAP", "Searches", "breadth"]
@@ -52,32 +58,50 @@ class Searches:
         *,
         alpha: float | ArrayLike | None = None,
         ef_search: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        return_stats: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, SearchStats]:
         """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query).
 
         Returns ``(scores, ids)``: float32 / int64 ``(nq, k)``, best first, padded with
         ``-inf`` / ``-1`` only when fewer than ``k`` rows exist; equal scores in id order.
-        ``ef_search`` beyond pgvector's 1,000 scans at 1,000 (:data:`EF_CAP`)."""
+        ``ef_search`` beyond pgvector's 1,000 scans at 1,000 (:data:`EF_CAP`). With
+        ``return_stats``, ``(scores, ids, stats)``: a :class:`~normrank.search.plan.SearchStats`
+        of what the search did (path, cosine depth fetched, rows scanned, queries widened, bytes
+        of the client's copy), as ``NormIndex.search`` returns."""
         unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
         nq, k = scores.shape
         ef = self.ef_search if ef_search is None else as_positive_int(ef_search, "ef_search")
+        stats = SearchStats()
         self.last_widened = 0
-        if nq == 0:
-            return scores, ids
-
-        if self.exact:  # one statement: every query sees the same committed state
+        if nq and self.exact:  # one statement: every query sees the same committed state
             got = self._run(lambda c: S.exact_rows(c, self._t, unit_q, alphas, k), single=True)
             S.fill(scores, ids, np.arange(nq), got)
-            return scores, ids
-        plain = np.flatnonzero(alphas == 0)
-        if plain.size:
-            got = self._run(lambda c: S.plain_rows(c, self._t, unit_q[plain], k), single=True, ef=max(ef, k))
-            S.fill(scores, ids, plain, got)
-            self._fill_short(unit_q, plain[[len(g[0]) < k for g in got]], k, scores, ids)
-        rest = np.flatnonzero(alphas != 0)
-        if rest.size:
-            self._ann(unit_q, alphas, rest, k, ef, scores, ids)
-        return scores, ids
+            stats.path, stats.rounds = "flat", 1
+        elif nq:
+            plain = np.flatnonzero(alphas == 0)
+            if plain.size:
+                got = self._run(
+                    lambda c: S.plain_rows(c, self._t, unit_q[plain], k), single=True, ef=max(ef, k)
+                )
+                S.fill(scores, ids, plain, got)
+                stats.path, stats.depth, stats.rounds = "cosine", k, 1
+                short = plain[[len(g[0]) < k for g in got]]
+                if short.size:
+                    self._fill_short(unit_q, short, k, scores, ids)
+                    stats.rounds += 1
+            rest = np.flatnonzero(alphas != 0)
+            if rest.size:
+                self._ann(unit_q, alphas, rest, k, ef, scores, ids, stats)
+        return (scores, ids, stats) if return_stats else (scores, ids)
+
+    def _plan(self, n: int | None, k: int, ef: int, *, sql_band: bool = False) -> SearchPlan:
+        """The plan of a search for ``k`` results over ``n`` rows (None: as many as last
+        counted) at ``hnsw.ef_search = ef``: NormIndex's for an HNSW at ``efSearch = ef``; the
+        band scored in SQL trusts the whole depth (:func:`~normrank.search.plan.plan_search`)."""
+        n = max(self._n if n is None else n, 1)
+        return plan_search(
+            k, self.k_factor, n, hnsw_params(ef), n_tail=self.n_tail, trust_whole_depth=sql_band
+        )
 
     def _fill_short(self, unit_q, short: np.ndarray, k: int, scores, ids) -> None:
         """The plain queries whose index scan returned fewer than ``k`` rows (dead rows past
@@ -90,7 +114,7 @@ class Searches:
         scores[short], ids[short] = -np.inf, -1
         S.fill(scores, ids, short, got)
 
-    def _ann(self, unit_q, alphas, rest, k, ef, scores, ids) -> None:
+    def _ann(self, unit_q, alphas, rest, k, ef, scores, ids, stats: SearchStats) -> None:
         """The band + bound search of the queries ``rest`` (alpha != 0), into ``scores`` / ``ids``:
         the band scanned in the client (:mod:`normrank.backends.pgvector_band`), or in SQL when
         ``client_band`` is False or the table's generation trigger is missing or disabled.
@@ -98,28 +122,30 @@ class Searches:
         A search is one statement, or, when it reads more (the copy, vectors, the SQL band), one
         REPEATABLE READ transaction (pipelined: BEGIN goes out with the first statement), so
         that each result is that of one snapshot. Both paths return ``k`` rows when the graph
-        returns fewer (they trust the last cosine it returned, and score the band beyond it)."""
-        params = hnsw_params(ef)
+        returns fewer (they trust the last cosine it returned, and score the band beyond it).
 
-        def depth_of(n_copy: int | None) -> tuple[int, int]:
-            # FAISS's trusted rank (an eighth of ef_search), not the whole depth as the SQL band
-            # below: a client scan is cheap enough (26,953 real MiniLM, ef_search 400, 100 single
-            # queries, alpha 0.5 / 1: recall@10 0.986 / 0.991 against 0.978 / 0.986 trusting the
-            # depth, CPU ratio to plain 1.36 / 1.46 against 1.54 / 1.30 on a loaded machine).
-            return search_depths(max(self._n if n_copy is None else n_copy, 1), k, self.k_factor, params)
+        Both take their depths from the plan (:meth:`_plan`). The client scan trusts the plan's
+        rank (an eighth of ef_search, as FAISS's): a client scan is cheap enough (26,953 real
+        MiniLM, ef_search 400, 100 single queries, alpha 0.5 / 1: recall@10 0.986 / 0.991 against
+        0.978 / 0.986 trusting the depth, CPU ratio to plain 1.36 / 1.46 against 1.54 / 1.30 on a
+        loaded machine)."""
+
+        def plan_of(n: int | None) -> SearchPlan:
+            return self._plan(n, k, ef)
 
         def client(conn: Any, in_transaction: bool) -> int | None:
             sub_s, sub_i = scores[rest], ids[rest]
             got = B.client_search(
-                conn, self._t, self.table, self._copy, unit_q[rest], alphas[rest], k, depth_of,
-                lambda n: first_band(n, params, self.n_tail), sub_s, sub_i, in_transaction=in_transaction,
+                conn, self._t, self.table, self._copy, unit_q[rest], alphas[rest], k, plan_of,
+                sub_s, sub_i, stats, in_transaction=in_transaction,
             )  # fmt: skip
             if got is not None and got != B.NEEDS_SNAPSHOT:
                 scores[rest], ids[rest] = sub_s, sub_i
             return got
 
         if self.client_band:  # one statement when the copy is current, else one transaction
-            ef_c = max(ef, depth_of(self._copy.n if self._copy.key else None)[0])
+            plan = plan_of(self._copy.n if self._copy.key else None)
+            ef_c = max(ef, plan.depth)  # the beam widened to the depth, as FAISS's (within EF_CAP)
             got = self._run(lambda c: client(c, False), single=True, ef=ef_c)
             if got == B.NEEDS_SNAPSHOT:
                 got = self._run(lambda c: client(c, True), read_only=True, ef=ef_c)
@@ -127,18 +153,13 @@ class Searches:
                 self.last_widened = got
                 self._n = self._copy.n
                 return
-        n = max(self._n, 1)  # cached: it only sizes the first band and the depth
-        depth, _ = search_depths(n, k, self.k_factor, params)
-        # The whole cosine depth is trusted, as QdrantNormIndex does: trusting an eighth of
-        # ef_search (FAISS's rule, ``_``) widened every query to a second round on real MiniLM
-        # embeddings (5,719 docs, ef_search 64, 60 queries, alpha -1: recall 1.000, 13.7x plain
-        # latency; trusting the depth: 2% widened, recall 0.995, 4.7x; loaded 2-core machine).
-        trust = depth
-        band0 = first_band(n, params, self.n_tail)
+        plan = self._plan(None, k, ef, sql_band=True)  # n cached: it only sizes the band and depth
 
         def rounds(conn: Any) -> None:
             self.last_widened = B.sql_band(
-                conn, self._t, unit_q, alphas, rest, k, depth, trust, band0, scores, ids
+                conn, self._t, unit_q, alphas, rest, k, plan.depth, plan.trust, plan.band, scores, ids
             )
 
-        self._run(rounds, read_only=True, ef=max(ef, depth))
+        self._run(rounds, read_only=True, ef=max(ef, plan.depth))
+        stats.path, stats.depth, stats.scanned = "sql_band", plan.depth, plan.band
+        stats.widened, stats.rounds = self.last_widened, 1 + (self.last_widened > 0)

@@ -200,15 +200,26 @@ def merge_one(scores: np.ndarray, ids: np.ndarray, i: int, more_ids: list, more_
     fill_one(scores, ids, i, [d for d, _ in ranked], [s for _, s in ranked])
 
 
-# The SQL function: the same bound (normrank.search.ann.unseen_bound, the depths of
-# normrank.search.norm_band.search_depths), with the band read off the bound in one step. The
-# index scan's breadth is capped at pgvector's 1,000 (deeper candidates come from the iterative
-# scan, where the server has one); a plain query the index scan answers short (dead rows in the
-# graph) is answered by an exact scan.
-_FUNCTION = """
+# normrank.search.plan.plan_search's depth and trusted rank for an HNSW at efSearch {ef}, in SQL
+# for the function's own k (integer division as Python's //; the table's row count caps the
+# depth through LIMIT, the trusted rank through the rows fetched). tests/test_pgvector.py checks
+# them against plan_search.
+PLAN_DEPTH = "least(greatest(k * {kf}, {ef} / 8), greatest({ef}, k))"
+PLAN_TRUST = "least(" + PLAN_DEPTH + ", greatest(2 * k, {ef} / 8))"
+
+# The SQL function: the same bound (normrank.search.ann.unseen_bound) at the plan's depths, with
+# the band read off the bound in one step. The index scan's breadth is capped at pgvector's 1,000
+# (deeper candidates come from the iterative scan, where the server has one); a plain query the
+# index scan answers short (dead rows in the graph) is answered by an exact scan.
+_FUNCTION = (
+    """
 DECLARE
-  depth int := greatest(k * {kf}, {ef} / 8);
-  trust int := least(greatest(k * {kf}, {ef} / 8), greatest(k, {ef} / 8));
+  depth int := """
+    + PLAN_DEPTH
+    + """;
+  trust int := """
+    + PLAN_TRUST
+    + """;
   b_lo float8; b_hi float8; c_t float8; kth float8; w_hi float8; w_lo float8; edge float8;
   top_ids bigint[]; top_s float8[]; cs float8[]; got int;
 BEGIN
@@ -216,7 +227,7 @@ BEGIN
   IF alpha IS NULL OR NOT abs(alpha) <= 16 THEN RAISE EXCEPTION 'alpha must lie in [-16, 16]'; END IF;
   IF query IS NULL OR vector_norm(query) = 0 THEN RAISE EXCEPTION 'the query has zero length'; END IF;
   query := l2_normalize(query);
-  PERFORM set_config('hnsw.ef_search', least(greatest({ef}, depth), 1000)::text, true);
+  PERFORM set_config('hnsw.ef_search', least(greatest({ef}, depth), {cap})::text, true);
   IF alpha = 0 THEN
     SELECT array_agg(x.id ORDER BY x.c DESC, x.id), array_agg(x.c ORDER BY x.c DESC, x.id)
       INTO top_ids, top_s
@@ -262,15 +273,19 @@ BEGIN
     ) y ORDER BY y.s DESC, y.i LIMIT k;
 END
 """
+)
 
 
-def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int, iterative: bool) -> None:
+def install_function(
+    conn: Any, t: Any, name: str, k_factor: int, ef_search: int, iterative: bool, ef_cap: int
+) -> None:
     """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
     bigint, score float8)`` over table ``t``; its body is composed with the table as an
     Identifier and passed as one quoted literal. STABLE: both of its rounds read the snapshot
-    of the statement that calls it, whatever other clients commit meanwhile. ``ef_search`` at
-    most pgvector's 1,000; ``iterative``: the server's pgvector has ``hnsw.iterative_scan``
-    (>= 0.8), set for the function's calls only, as its ``ef_search``."""
+    of the statement that calls it, whatever other clients commit meanwhile. ``ef_search``: the
+    breadth the plan is made for (as the client's searches), sent capped at pgvector's
+    ``ef_cap``; ``iterative``: the server's pgvector has ``hnsw.iterative_scan`` (>= 0.8), set
+    for the function's calls only, as its ``ef_search``."""
     from psycopg import sql
 
     body = (
@@ -279,6 +294,7 @@ def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int
             t=t,
             kf=sql.Literal(int(k_factor)),
             ef=sql.Literal(int(ef_search)),
+            cap=sql.Literal(int(ef_cap)),
             w_row=sql.SQL(W("alpha", "coalesce(t.weight, t.norm)")),
             w_lo_b=sql.SQL(W("alpha", "b_lo")),
             w_hi_b=sql.SQL(W("alpha", "b_hi")),
@@ -291,7 +307,12 @@ def install_function(conn: Any, t: Any, name: str, k_factor: int, ef_search: int
             "CREATE OR REPLACE FUNCTION {fn}(query vector, alpha float8, k int) "
             "RETURNS TABLE (id bigint, score float8) LANGUAGE plpgsql STABLE "
             "SET hnsw.ef_search = {ef}{scan} AS {body}"
-        ).format(fn=sql.Identifier(name), ef=sql.Literal(int(ef_search)), scan=scan, body=sql.Literal(body))
+        ).format(
+            fn=sql.Identifier(name),
+            ef=sql.Literal(min(int(ef_search), int(ef_cap))),
+            scan=scan,
+            body=sql.Literal(body),
+        )
     )
 
 

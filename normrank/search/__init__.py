@@ -14,7 +14,7 @@ Glossary (one name per concept, as the code uses them):
 * **depth** / **trust** / **band**: how many cosines are fetched, the rank whose cosine bounds
   every unseen document, and the first chunk of the weight-order scan; one rule,
   :func:`normrank.search.plan.plan_search` (``n_tail`` sets the band, ``max_depth`` caps the
-  depth, ``k_factor`` scales it).
+  depth, ``k_factor`` scales it), asked by NormIndex, the Qdrant and the Postgres backends.
 * **weight order**: the documents by decreasing weight for one sign of alpha
   (:class:`normrank.search.ann.WeightOrder`, a view of one int32 argsort).
 * **scan**: reading documents in weight order, rows from FAISS's own storage
@@ -23,5 +23,5 @@ Glossary (one name per concept, as the code uses them):
 * **tombstones**: ids removed from an HNSW (which cannot delete); their vectors stay in FAISS,
   searches skip them.
 * **stats**: what a search did (:class:`normrank.search.plan.SearchStats`,
-  ``NormIndex.search(..., return_stats=True)``).
+  ``search(..., return_stats=True)`` of NormIndex and PgVectorNormIndex).
 """

@@ -39,7 +39,6 @@ from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.plan import SearchPlan, SearchStats
 
 __all__ = [
-    "AnnStats",
     "IdLookup",
     "WeightOrder",
     "adaptive_search",
@@ -47,14 +46,6 @@ __all__ = [
     "scan_needed",
     "unseen_bound",
 ]
-
-
-class AnnStats(SearchStats):
-    """:class:`SearchStats` under its former names (the Postgres backend's)."""
-
-    @property
-    def max_scanned(self) -> int:
-        return self.scanned
 
 
 # A batch's weight-order scan grows by this factor per round, and never past what its deepest
@@ -345,22 +336,16 @@ def rerank(
     k: int,
     weights: np.ndarray,
     lookup: IdLookup,
-    plan: SearchPlan | None = None,
+    plan: SearchPlan,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
-    *,
-    depth: int | None = None,
-    band_start: int = 0,
-    trust_depth: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
     candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
     depth)`` are the best cosines per query and their ids (padded with ids ``-1``); the trusted
-    rank and first chunk are ``plan``'s (its depth is ``cos.shape[1]``). ``depth`` /
-    ``band_start`` / ``trust_depth`` without a plan: the former keywords (the Postgres backend's)."""
+    rank and first chunk are ``plan``'s (the depth is ``cos.shape[1]``: fewer where the source
+    returned fewer, and the trusted rank never past it)."""
     stats = stats if stats is not None else SearchStats()
-    if plan is None:
-        plan = SearchPlan(cos.shape[1], trust_depth or cos.shape[1], band_start)
     depth = cos.shape[1]
     stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), "scan" if order else "overfetch"
     if unit_q.shape[0] == 1 and depth >= k:

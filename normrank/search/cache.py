@@ -70,7 +70,8 @@ class SearchCache:
 
     def order(self, base: np.ndarray, alpha: float, rows) -> WeightOrder | None:
         """The weight order for the sign of ``alpha`` (None at alpha = 0), reading rows through
-        ``rows`` (a row source, or ``fetch(positions) -> rows``: kept as a prefix copy)."""
+        ``rows`` (a row source of :mod:`normrank.search.rows`; one that keeps its own copy by
+        rank, a :class:`~normrank.search.rows.PrefixCopy`, serves this order only)."""
         if alpha == 0:
             return None
         sign = 1 if alpha > 0 else -1
@@ -79,8 +80,8 @@ class SearchCache:
             if self.ascending is None:
                 small = np.int32 if base.size < 2**31 - 1 else np.int64
                 self.ascending = np.argsort(base, kind="stable").astype(small)
-            if callable(rows):  # rows fetched by a round trip: the source keeps its own copy
-                order = WeightOrder(self.ascending, sign, PrefixCopy(rows))
+            if isinstance(rows, PrefixCopy):  # rows fetched by a round trip: the source keeps its own copy
+                order = WeightOrder(self.ascending, sign, rows)
             else:  # half the scan budget per sign
                 order = WeightOrder(self.ascending, sign, rows, SCAN_PREFIX_BYTES // 2)
             self.orders[sign] = order
@@ -92,5 +93,7 @@ class SearchCache:
         total = sum(p.nbytes for p in self.powers.values())
         total += 0 if self.ascending is None else self.ascending.nbytes
         total += sum(o.nbytes for o in self.orders.values())
+        # rows a weight order's own copy holds (fetched by round trips), one copy per order
+        total += sum(o.rows.nbytes for o in self.orders.values() if isinstance(o.rows, PrefixCopy))
         total += 0 if self.lookup is None else self.lookup.nbytes
         return total + int(getattr(self.rows, "nbytes", 0))

