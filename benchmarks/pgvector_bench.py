@@ -238,7 +238,7 @@ def bench_pgvector(x, q, alphas, reps: int, rows: list, label: str, *, single_qu
                     backend="pgvector",
                     recall_at_10=recall(got, ref),
                     widened_share=widened / qs.shape[0],
-                    client_copy_mb=idx._copy.nbytes / 1e6,  # what the client holds: ids, weights, orders, vectors read
+                    client_copy_mb=idx._copy.nbytes / 1e6,  # ids, weights, orders, vectors read
                     **common,
                     **t,
                 )
