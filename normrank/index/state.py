@@ -62,6 +62,10 @@ class IndexState:
         return cls(faiss_index, ids, np.empty(0, dtype=np.float32), **options)  # type: ignore[arg-type]
 
 
+# FAISS's read_index accepts a refine stage's k_factor in [1, 1000] only (NaN fails too).
+_MAX_REFINE_FACTOR = 1000.0
+
+
 def check_state(state: IndexState) -> None:
     """Refuse a state no NormIndex can be in, however consistent it looks: the one check behind
     ``NormIndex.from_state``, ``save`` (before anything is written) and ``load`` (where a refusal
@@ -120,6 +124,15 @@ def _check_faiss(index: faiss.Index, ids: np.ndarray, tombstones: np.ndarray) ->
             level.storage.ntotal != total or level.hnsw.levels.size() != total
         ):
             raise UnsupportedIndexError("the HNSW graph and its storage disagree on the count")
+        if isinstance(level, faiss.IndexRefine) and (
+            level.base_index.ntotal != total or level.refine_index.ntotal != total
+        ):
+            raise UnsupportedIndexError("the refine stage's base and refine indexes disagree on the count")
+        if isinstance(level, faiss.IndexRefine) and not 1.0 <= level.k_factor <= _MAX_REFINE_FACTOR:
+            raise UnsupportedIndexError(  # (FAISS's read_index refuses any other: a file never read back)
+                f"the refine stage's k_factor must lie in [1, {_MAX_REFINE_FACTOR:g}] (FAISS reads no "
+                f"other back), got {level.k_factor}"
+            )
     breadth = ann_params(inner_index(index))  # a hostile file may claim any nprobe / efSearch
     if (
         not 1 <= breadth.get("nprobe", 1) <= breadth.get("nlist", 1)

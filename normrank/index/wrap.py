@@ -15,11 +15,14 @@ from numpy.typing import ArrayLike
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
 from normrank.index.state import IndexState
 from normrank.search.faiss_info import (
+    ann_params,
     inner_index,
     is_gpu,
     is_idmap,
     ivf_of,
     raw_vectors,
+    refine_of,
+    set_breadth,
     stored_ids,
     with_ids,
 )
@@ -102,7 +105,7 @@ def state_from_faiss(
             "NormIndex(dim, factory=...) or NormIndex(empty_inner_product_index) and add raw vectors"
         )
     raw = raw_vectors(index)
-    if is_idmap(index) and ivf_of(inner_index(index)) is not None:
+    if is_idmap(index) and ivf_of(inner_index(index)) is not None and refine_of(index) is None:
         # raw_vectors reads the IVF's lists (list order), whose ids are positions in the id map
         # (the order added): the id of each vector read is the id map's entry at its position.
         ids = ids[stored_ids(inner_index(index))]
@@ -138,7 +141,7 @@ def _norms_in_storage_order(index: faiss.Index, ids: np.ndarray, norms) -> np.nd
         raise InvalidInputError(
             f"norms must be {index.ntotal} values, one per stored vector, got shape {n.shape}"
         )
-    if is_idmap(index) or ivf_of(index) is None:
+    if is_idmap(index) or ivf_of(index) is None or refine_of(index) is not None:
         return n  # stored in the order added: the id map's order, or ids 0 .. ntotal - 1
     # IVF lists hold the vectors out of the order they were added, and nothing in the index says
     # which order that was: ids 0 .. n-1 from add() and a permutation of them from add_with_ids
@@ -177,8 +180,9 @@ def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_facto
     if is_gpu(index):
         index = faiss.index_gpu_to_cpu(index)
     # The weight-order scan reads vectors back by id (reconstruct_batch): an IVF needs a direct
-    # map for that, and an IndexIDMap (unlike IDMap2) cannot reconstruct at all.
-    ivf = ivf_of(index)
+    # map for that, and an IndexIDMap (unlike IDMap2) cannot reconstruct at all. A refine stage's
+    # rows are read from its refine index (no direct map), and it takes ids only from IDMap2.
+    ivf = None if refine_of(index) is not None else ivf_of(index)
     if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
         ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # as NormIndex's own IVF indexes
     if isinstance(index, faiss.IndexIDMap2) or (ivf is not None and not is_idmap(index)):
@@ -210,7 +214,9 @@ def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> Non
     storage); compressed codes decode to approximations and are not checked."""
     inner = inner_index(wrapped)
     storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner
-    ivf = ivf_of(inner)
+    if isinstance(inner, faiss.IndexRefine):
+        storage = faiss.downcast_index(inner.refine_index)
+    ivf = None if isinstance(inner, faiss.IndexRefine) else ivf_of(inner)
     exact = isinstance(storage, faiss.IndexFlat) or (
         ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFlat)
     )
@@ -230,6 +236,8 @@ def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> Non
 def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:
     """An empty inner-product index of ``inner``'s kind for ``unit`` vectors, and its factory."""
     d = inner.d
+    if isinstance(inner, faiss.IndexRefine):
+        return _refine_twin(inner, unit)
     ivf = ivf_of(inner)
     if ivf is not None:
         centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist).astype(np.float64)
@@ -254,6 +262,33 @@ def _unit_twin(inner: faiss.Index, unit: np.ndarray) -> tuple[faiss.Index, str]:
         )
         return fresh, f"HNSW{m},Flat"
     return faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT), "Flat"
+
+
+def _refine_twin(inner: faiss.IndexRefine, unit: np.ndarray) -> tuple[faiss.Index, str]:
+    """A refine stage rebuilt for the unit vectors: the same kind by FAISS's own reverse factory,
+    trained on them (the codes of the raw vectors encode the wrong directions), with the same
+    refine ``k_factor`` and breadth."""
+    from faiss.contrib.factory_tools import reverse_index_factory
+
+    try:
+        factory = reverse_index_factory(inner)
+        fresh = faiss.index_factory(inner.d, factory, faiss.METRIC_INNER_PRODUCT)
+    except (NotImplementedError, RuntimeError) as e:
+        raise UnsupportedIndexError(
+            f"cannot rebuild this {type(inner).__name__} over unit vectors ({e}): build "
+            "NormIndex(dim, factory='...,RFlat') and add the raw vectors, or pass norms=... with an "
+            "index of unit vectors"
+        ) from e
+    warnings.warn(
+        f"from_faiss: retraining {factory!r} over the {inner.ntotal} unit vectors: the codes of the "
+        "raw vectors encode the wrong directions for cosine",
+        stacklevel=4,
+    )
+    fresh.train(unit)
+    fresh.k_factor = inner.k_factor
+    breadth = ann_params(inner)
+    set_breadth(fresh, {key: breadth[key] for key in ("nprobe", "efSearch") if key in breadth})
+    return fresh, factory
 
 
 def _add_with_progress(target: faiss.Index, unit: np.ndarray, ids: np.ndarray, slow: bool) -> None:

@@ -1,6 +1,10 @@
 """What a FAISS index is and holds, asked in one place: the index, persistence and the ANN search
 all read FAISS's structure through these functions (id maps, IVF lists, HNSW storage, search
 breadth), so a new FAISS type is taught to normrank once.
+
+A refine stage (``IndexRefine`` / ``IndexRefineFlat``, factory suffix ``,RFlat`` or
+``,Refine(Flat)``) is seen through: its base index ranks the candidates and holds the breadth
+(:func:`ann_base`), its refine index holds the rows (:func:`refine_of`), in the order added.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from normrank.validation import OPTION_BOUNDS
 
 __all__ = [
     "MAX_EF_SEARCH",
+    "ann_base",
     "ann_params",
     "breadth_knobs",
     "breadth_reader",
@@ -26,6 +31,7 @@ __all__ = [
     "ivf_of",
     "levels",
     "raw_vectors",
+    "refine_of",
     "search_raw",
     "set_breadth",
     "stored_ids",
@@ -58,10 +64,28 @@ def inner_index(index: faiss.Index) -> faiss.Index:
     return faiss.downcast_index(index.index) if is_idmap(index) else index
 
 
+def refine_of(index: faiss.Index) -> faiss.IndexRefine | None:
+    """The refine stage of ``index`` (itself or beneath an id map): candidates from its base
+    index re-ranked on its refine index (``IndexRefineFlat``: the raw vectors); else None."""
+    inner = inner_index(index)
+    return inner if isinstance(inner, faiss.IndexRefine) else None
+
+
+def ann_base(inner: faiss.Index) -> faiss.Index:
+    """The index that ranks the candidates and holds the search breadth: a refine stage's base
+    index (downcast), else ``inner`` (the index beneath an id map) itself."""
+    if isinstance(inner, faiss.IndexRefine):
+        return faiss.downcast_index(inner.base_index)
+    return inner
+
+
 def with_ids(index: faiss.Index) -> faiss.Index:
-    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2."""
+    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2 (a
+    refine stage too, whatever its base: IndexRefine adds without ids only)."""
     if is_idmap(index):
         return index
+    if isinstance(index, faiss.IndexRefine):
+        return faiss.IndexIDMap2(index)
     ivf = ivf_of(index)
     if ivf is not None:
         # reconstruct(id) on arbitrary ids needs a hash-table direct map.
@@ -112,21 +136,27 @@ def _ivf_list_ids(ivf: faiss.IndexIVF) -> np.ndarray:
 
 def stored_ids(index: faiss.Index) -> np.ndarray | None:
     """The ids inside a filled index in storage order (id map or IVF lists), or None where the
-    index keeps no ids (they are then ``0 .. ntotal - 1``)."""
+    index keeps no ids (they are then ``0 .. ntotal - 1``; a refine stage's, whose rows are in
+    the order added whatever its base)."""
     if is_idmap(index):
         return faiss.vector_to_array(index.id_map).astype(np.int64)
+    if isinstance(index, faiss.IndexRefine):
+        return None
     ivf = ivf_of(index)
     return None if ivf is None else _ivf_list_ids(ivf)
 
 
 def raw_vectors(index: faiss.Index) -> np.ndarray:
     """The stored float32 vectors, in the order of :func:`stored_ids`, where FAISS keeps them raw
-    (flat storage, IVF-Flat lists, an HNSW's flat storage); raises UnsupportedIndexError else."""
+    (flat storage, IVF-Flat lists, an HNSW's flat storage, a refine stage's flat refine
+    index); raises UnsupportedIndexError else."""
     inner = inner_index(index)
     if is_gpu(inner):
         raise UnsupportedIndexError(
             "a GPU index: move it to the CPU (faiss.index_gpu_to_cpu) or pass norms=... to from_faiss"
         )
+    if isinstance(inner, faiss.IndexRefine):  # IndexRefineFlat keeps the raw vectors, in order added
+        inner = faiss.downcast_index(inner.refine_index)
     if isinstance(inner, faiss.IndexHNSW):  # IndexHNSWFlat keeps the raw vectors in its storage
         storage = faiss.downcast_index(inner.storage)
         if isinstance(storage, faiss.IndexFlat):
@@ -150,8 +180,9 @@ def raw_vectors(index: faiss.Index) -> np.ndarray:
 
 
 def ann_params(index: faiss.Index) -> dict[str, int]:
-    """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index."""
-    inner = inner_index(index)
+    """The search-breadth parameters of a (possibly wrapped) IVF or HNSW index (a refine
+    stage's: its base index's)."""
+    inner = ann_base(inner_index(index))
     out: dict[str, int] = {}
     if isinstance(inner, faiss.IndexHNSW):
         out["efSearch"] = int(inner.hnsw.efSearch)
@@ -168,6 +199,7 @@ def breadth_reader(inner: faiss.Index) -> Callable[[], dict[str, int]]:
     alive by the caller) as it is at each call, with FAISS's structures looked up once: ~0.3 us
     a read instead of ~1.2 (the breadth is read on every search, since it can be changed on the
     FAISS index directly)."""
+    inner = ann_base(inner)
     if isinstance(inner, faiss.IndexHNSW):
         hnsw = inner.hnsw
         return lambda: {"efSearch": int(hnsw.efSearch)}
@@ -218,7 +250,7 @@ def set_breadth(inner: faiss.Index, knobs: dict[str, int]) -> dict[str, int]:
     """Set ``knobs`` (from :func:`breadth_knobs`) on ``inner``; returns the previous values."""
     old = {key: ann_params(inner)[key] for key in knobs}
     if "efSearch" in knobs:
-        inner.hnsw.efSearch = knobs["efSearch"]
+        ann_base(inner).hnsw.efSearch = knobs["efSearch"]
     if "nprobe" in knobs:
         ivf_of(inner).nprobe = knobs["nprobe"]
     return old
@@ -229,7 +261,11 @@ def search_raw(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``index.search(q, k, params=params)`` without the Python wrapper's copies and checks
     (``q`` is float32 ``(nq, index.d)`` here already): ~4 us of a single query's ~35 on 8k
-    documents."""
+    documents. ``params`` of the base index reach a refine stage's base inside FAISS's refine
+    parameters (its ``k_factor`` kept): a refine stage refuses any other."""
+    base_params = params  # (kept alive while FAISS holds a pointer to it)
+    if params is not None and (refine := refine_of(index)) is not None:
+        params = faiss.IndexRefineSearchParameters(k_factor=refine.k_factor, base_index_params=base_params)
     q = np.ascontiguousarray(q, dtype=np.float32)
     nq = q.shape[0]
     dist = np.empty((nq, k), dtype=np.float32)

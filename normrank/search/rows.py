@@ -114,9 +114,16 @@ class IdRows(_Decoded):
 
 def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: np.ndarray, n_removed: int):
     """The cheapest row source for a NormIndex's FAISS ``index`` (``inner``: beneath its id map),
-    whose live documents are ``doc_ids`` by position (``n_removed`` removed ones still stored)."""
-    if isinstance(inner, faiss.IndexHNSW) and index is not inner:
-        storage = faiss.downcast_index(inner.storage)
+    whose live documents are ``doc_ids`` by position (``n_removed`` removed ones still stored).
+    A refine stage's rows are its refine index's (``IndexRefineFlat``: the raw unit vectors, read
+    in place; a coded refine index: its codes decoded), in the order added, as an HNSW's."""
+    stored_in = None
+    if isinstance(inner, faiss.IndexHNSW):
+        stored_in = inner.storage
+    elif isinstance(inner, faiss.IndexRefine):
+        stored_in = inner.refine_index
+    if stored_in is not None and index is not inner:
+        storage = faiss.downcast_index(stored_in)
         internal = None
         if n_removed:  # FAISS positions of the live documents (removed ones stay in storage)
             stored = stored_ids(index)
