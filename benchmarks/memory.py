@@ -128,7 +128,8 @@ def _hnsw(faiss, index):
         index = faiss.downcast_index(index)
         if isinstance(index, faiss.IndexHNSW):
             return index
-        index = getattr(index, "index", None)
+        # beneath an id map, or a refine stage's base ("...,RFlat")
+        index = getattr(index, "index", None) or getattr(index, "base_index", None)
         if index is None:
             return None
     return None
