@@ -282,6 +282,10 @@ def markdown(rows: list, mem: list, builds: list, meta: dict) -> str:
                      f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
     out += table("| index | n | FAISS alone B/doc | NormIndex B/doc | extra | × | search cache MiB (B/doc) | extra "
                  "without the cache | on disk B/doc FAISS / NormIndex | fixed MiB FAISS / NormIndex |", lines)  # fmt: skip
+    refused = [got["normrank"]["kind"] for got in mem if got["normrank"]["loaded"] != "NormIndex.load"]
+    if refused:  # see load_normindex
+        out += ["", f"NormIndex.load refused the saved {', '.join(refused)} (FAISS's IVF-PQ table exceeds "
+                "normrank's read limit): loaded from the same files by `faiss.read_index` + `NormIndex.from_state`."]  # fmt: skip
     out += ["", "**Builds** (`--build-only`, nice 19; seconds, wall unless marked CPU):"]
     out += table("| index | n | threads | train | add | save | wall | CPU | load at start / end |", [
         f"| {b['kind']} | {b['n']:,} | {b['threads']} | {b.get('train_s', 0):.0f} | {b['add_s']:.0f} | {b['save_s']:.0f} "
