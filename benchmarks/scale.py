@@ -6,7 +6,9 @@ default for the factory string) at efSearch 64. 4096 lists is FAISS's guideline 
 at 1M), a middle pick of the 16-128 a FAISS user tries there, and memory.py's value. Plain cosine
 recall at that breadth is reported beside normrank's, since no re-ranking beats its index.
 HNSW32 at 1M: a 100k build took 27 s wall (22.5 s CPU; nice 19, two threads, load ~3.5), so
-~12x that (n log n) is ~5.5 min, well inside the 30-minute bound (``--hnsw-n`` sets another n).
+~12x that (n log n) was ~5.5 min, inside the 30-minute bound; the 1M build then took 18 min wall,
+724 s CPU (nice 19, load ~5: memory-bound, 2.7x the extrapolation), still inside it. IVF4096,Flat
+took 6.3 min (230 s CPU), IVF4096,PQ48 5.5 min (252 s CPU); ``--hnsw-n`` sets another n for HNSW.
 
 Data: memory.py's ``_vectors`` (clustered float32 with log-normal norms, made in blocks):
 documents seed ``--seed``, the IVF training sample (50 a list, at most n) seed 1, 100 queries
@@ -30,7 +32,7 @@ seed 7. Steps:
 At most two copies of the vectors live at once (NormIndex.save briefly holds three: the index,
 FAISS's serialised array and its bytes). Usage (build first; the timed run only loads):
 
-    nice -n 19 python benchmarks/scale.py --build-only   # 1M, 2 threads (times in build.json)
+    nice -n 19 python benchmarks/scale.py --build-only   # 1M, 2 threads: ~30 min (build.json)
     python benchmarks/scale.py                           # quiet window -> results/scale_1m.{json,md}
     python benchmarks/scale.py --clock cpu               # a busy one: each thread's CPU time
     nice -n 10 python benchmarks/scale.py --n 50000 --reps 2 --md /tmp/s.md --json /tmp/s.json
