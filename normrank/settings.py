@@ -43,9 +43,12 @@ WEIGHT_CACHE_ENTRIES = 8
 SEARCH_CACHE_BYTES = 64 << 20
 # The ANN weight-order scan keeps its first rows (the ones every query of a sign of α reads) as one
 # contiguous float32 copy, up to this many bytes in all (half per sign), whatever the index size:
-# 384-d, ~1.4k rows a sign (a small index's whole scan; at 1M documents 4 bytes a document).
-# Rows past it are read where FAISS keeps them. 0 turns it off (rows read in place only).
-SCAN_PREFIX_BYTES = 4 << 20
+# 384-d, ~5.5k rows a sign (the whole scan of a single query up to ~20k documents; at 1M
+# documents 17 bytes a document, at 10M 1.7). Rows past it are read where FAISS keeps them, at
+# ~1.8x the cost a row (8.4k real MiniLM, HNSW32: 4 -> 16 MiB took 10-20% off a single query at
+# alpha != 0). Read at each index state's first scan, so it can be set at run time
+# (``normrank.settings.SCAN_PREFIX_BYTES = 0`` turns it off: rows read in place only).
+SCAN_PREFIX_BYTES = 16 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

@@ -282,3 +282,25 @@ def test_latency_case_keeps_a_bounded_number_of_weightings():
     assert prefix <= SCAN_PREFIX_BYTES
     # weights, the order, the id lookup (at most 12 bytes a document), the 1/64 samples
     assert idx._cache.nbytes - prefix <= WEIGHT_CACHE_ENTRIES * 4 * n + 4 * n + 12 * n + 3 * n
+
+
+def test_scan_prefix_budget_is_read_at_run_time(monkeypatch):
+    """``normrank.settings.SCAN_PREFIX_BYTES`` set at run time bounds the next index state's
+    prefix copy (0: none, rows read in place), with the same results bit for bit."""
+    from normrank import settings
+
+    rng = np.random.default_rng(9)
+    _, kinds = _index_kinds(rng)
+    idx = kinds["hnsw"]
+    q = rng.standard_normal((3, D)).astype(np.float32)
+    want = [idx.search(q, 7, alpha=a) for a in (-1.0, 1.0)]
+    assert idx._cache.orders[1]._prefix is not None
+    for budget in (0, 4096):
+        monkeypatch.setattr(settings, "SCAN_PREFIX_BYTES", budget)
+        idx = NormIndex.from_state(idx.to_state())  # a new state: a new cache
+        got = [idx.search(q, 7, alpha=a) for a in (-1.0, 1.0)]
+        prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
+        assert prefix <= budget // 2 * 2
+        for (s0, i0), (s1, i1) in zip(want, got, strict=True):
+            np.testing.assert_array_equal(i0, i1)
+            np.testing.assert_array_equal(s0, s1)

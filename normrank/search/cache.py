@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from normrank import settings
 from normrank.scoring import norm_weight
 from normrank.search.ann import IdLookup, WeightOrder
 from normrank.search.rows import PrefixCopy
-from normrank.settings import SCAN_PREFIX_BYTES, SEARCH_CACHE_BYTES, WEIGHT_CACHE_ENTRIES
 
 __all__ = ["SearchCache"]
 
@@ -56,8 +56,8 @@ class SearchCache:
         if w is None:
             w = norm_weight(base, alpha)
             while self.powers and (
-                len(self.powers) >= WEIGHT_CACHE_ENTRIES
-                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > SEARCH_CACHE_BYTES
+                len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES
+                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > settings.SEARCH_CACHE_BYTES
             ):
                 self.powers.pop(next(iter(self.powers)))
             self.powers[alpha] = w
@@ -83,7 +83,7 @@ class SearchCache:
             if isinstance(rows, PrefixCopy):  # rows fetched by a round trip: the source keeps its own copy
                 order = WeightOrder(self.ascending, sign, rows)
             else:  # half the scan budget per sign
-                order = WeightOrder(self.ascending, sign, rows, SCAN_PREFIX_BYTES // 2)
+                order = WeightOrder(self.ascending, sign, rows, settings.SCAN_PREFIX_BYTES // 2)
             self.orders[sign] = order
         return order
 
