@@ -61,6 +61,10 @@ _ONE_BLOCK = 2048
 # Every this many weight ranks one weight is kept per weighting (a 1/64 sample: what the
 # binary search of the bound needs besides one block of 64 weights computed at a time).
 _STRIDE = 64
+# The weights of this many first ranks (at most a quarter of the documents) are kept in order per
+# weighting (<= 32 KB): the rows every scan reads first get their weights by a slice, not a
+# gather (~3-9 us per 2.4k rows).
+_HEAD = 8192
 
 
 class IdLookup:
@@ -134,7 +138,7 @@ class WeightOrder:
     def __init__(self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0) -> None:
         self.order = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
-        self._coarse: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        self._coarse: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
         # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
         # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
         # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
@@ -145,13 +149,27 @@ class WeightOrder:
     def _sample(self, weights: np.ndarray) -> np.ndarray:
         """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
         (held weakly: an array the cache has dropped is not kept alive here)."""
+        return self._derived(weights)[0]
+
+    def _derived(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(sample, head)`` of one weights array: the 1/``_STRIDE`` sample, and the weights
+        of the first ``_HEAD`` ranks in this order (a quarter of them at most) (a slice instead of a gather for the rows
+        every scan reads first)."""
         got = self._coarse.get(id(weights))
         if got is None or got[0]() is not weights:  # the id of a freed array can be reused
             if len(self._coarse) >= 8:
                 self._coarse.pop(next(iter(self._coarse)))
             sample = -weights[self.order[::_STRIDE]].astype(np.float64)
-            got = self._coarse[id(weights)] = (weakref.ref(weights), sample)
-        return got[1]
+            head = weights.take(self.order[: min(_HEAD, self.order.size // 4)])
+            got = self._coarse[id(weights)] = (weakref.ref(weights), sample, head)
+        return got[1], got[2]
+
+    def weights_at(self, weights: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The weights of the documents at ranks ``lo .. hi - 1`` in this order."""
+        head = self._derived(weights)[1]
+        if hi <= head.size:
+            return head[lo:hi]
+        return weights.take(self.order[lo:hi])
 
     def w_min(self, weights: np.ndarray) -> float:
         return float(weights[self.order[-1]]) if self.order.size else 0.0
@@ -202,7 +220,7 @@ class WeightOrder:
         if i == 0:
             return 0
         lo = (i - 1) * _STRIDE
-        return lo + int(np.count_nonzero(weights[self.order[lo : lo + _STRIDE]] > x))
+        return lo + int(np.count_nonzero(self.weights_at(weights, lo, min(n, lo + _STRIDE)) > x))
 
     def block(self, lo: int, hi: int) -> np.ndarray:
         """Rows of the documents at weight ranks ``lo .. hi - 1`` (float32 ``(m, d)``)."""
@@ -251,7 +269,7 @@ class WeightOrder:
     @property
     def nbytes(self) -> int:
         prefix = 0 if self._prefix is None else self._prefix.nbytes
-        return sum(s.nbytes for _, s in self._coarse.values()) + prefix
+        return sum(s.nbytes + h.nbytes for _, s, h in self._coarse.values()) + prefix
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -408,7 +426,7 @@ def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
             hi = min(stop, lo + _ONE_BLOCK)
             at = order.order[lo:hi]
             chunk = order.inner(q, lo, hi)
-            chunk *= weights[at]
+            chunk *= order.weights_at(weights, lo, hi)
             keep = np.flatnonzero(chunk > kth)
             if keep.size and seen.size:
                 hit = np.minimum(seen.searchsorted(at[keep]), seen.size - 1)
@@ -456,7 +474,7 @@ def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, ba
             vecs = np.ascontiguousarray(order.block(lo, int(hi)), dtype=np.float32)
             # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product.
             cos_block = inner_products_small(q[:m], vecs) if m < SMALL_NQ else inner_products(q[:m], vecs)
-            heaps.add(active[:m], cos_block, weights[at], at)
+            heaps.add(active[:m], cos_block, order.weights_at(weights, lo, int(hi)), at)
             stats.rounds += 1
             lo = int(hi)
         active = active[ends == stop]
