@@ -15,9 +15,14 @@ Vectors: ``n x d`` clustered float32 with log-normal norms (``bench_data``-like 
 here so that the run needs no data). "faiss" is the plain factory index with inner product over
 the same unit vectors (no id map, no direct map: what a FAISS user holds); "normrank" is
 ``NormIndex(d, factory=kind)`` fed the raw vectors. IVF indexes search at nprobe 32, HNSW at
-efSearch 64, both sides. Usage:
+efSearch 64, both sides.
 
-    nice -n 10 python benchmarks/memory.py --n 200000 [--kinds "Flat;HNSW32"] [--json out.json]
+The table gives, per kind, FAISS alone, the NormIndex in all, the bounded search cache
+(``search(..., return_stats=True).cache_bytes``: weights per alpha, the scan's prefix copy; a
+fixed budget, so fewer bytes a document as n grows) and the **excess**: NormIndex minus FAISS
+minus that cache, what normrank keeps per document beyond FAISS's own structures. Usage:
+
+    nice -n 10 python benchmarks/memory.py --n 200000 --hnsw-n 100000 [--kinds "Flat;HNSW32"] [--json out.json]
 """
 
 from __future__ import annotations
@@ -137,6 +142,7 @@ def _hnsw(faiss, index):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--hnsw-n", type=int, default=None, help="n for HNSW kinds (slow builds); default --n")
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--kinds", default=";".join(KINDS), help="index factory strings, ;-separated")
     ap.add_argument("--json", default=None)
@@ -149,8 +155,9 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for kind in args.kinds.split(";"):
         got = {}
+        n = args.hnsw_n if args.hnsw_n and "HNSW" in kind else args.n
         for side in ("faiss", "normrank"):
-            cmd = [sys.executable, __file__, "--n", str(args.n), "--d", str(args.d), "--child", kind, side]
+            cmd = [sys.executable, __file__, "--n", str(n), "--d", str(args.d), "--child", kind, side]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if res.returncode:
                 print(res.stderr[-2000:], file=sys.stderr)
@@ -159,13 +166,16 @@ def main() -> None:
             print(json.dumps(got[side]), flush=True)
         rows.append(got)
     print(
-        f"\n| index (n = {args.n:,}) | FAISS B/doc | NormIndex B/doc | extra | × | fixed MiB FAISS / NormIndex |"
+        "\n| index (n) | FAISS B/doc | NormIndex B/doc | search cache B/doc | excess B/doc | "
+        "fixed MiB FAISS / NormIndex |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for got in rows:
         f, m = got["faiss"], got["normrank"]
-        print(f"| {f['kind']} | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
-              f"{m['bytes_per_doc'] - f['bytes_per_doc']:+,.0f} | {m['bytes_per_doc'] / f['bytes_per_doc']:.2f} | "
+        cache = m["search_cache_bytes"] / m["n"]
+        m["excess_bytes_per_doc"] = m["bytes_per_doc"] - f["bytes_per_doc"] - cache
+        print(f"| {f['kind']} ({f['n']:,}) | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
+              f"{cache:,.0f} | {m['excess_bytes_per_doc']:+,.0f} | "
               f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:
