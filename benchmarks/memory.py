@@ -15,9 +15,15 @@ Vectors: ``n x d`` clustered float32 with log-normal norms (``bench_data``-like 
 here so that the run needs no data). "faiss" is the plain factory index with inner product over
 the same unit vectors (no id map, no direct map: what a FAISS user holds); "normrank" is
 ``NormIndex(d, factory=kind)`` fed the raw vectors. IVF indexes search at nprobe 32, HNSW at
-efSearch 64, both sides. Usage:
+efSearch 64, both sides.
 
-    nice -n 10 python benchmarks/memory.py --n 200000 [--kinds "Flat;HNSW32"] [--json out.json]
+The table gives, per kind, FAISS alone, the NormIndex in all, the bounded search caches
+(``search(..., return_stats=True).cache_bytes`` less the cache's parts that grow with n: what
+remains is weights per alpha and the scan's prefix copy, a fixed budget, so fewer bytes a
+document as n grows) and the **excess**: NormIndex minus FAISS minus the bounded caches, what
+normrank keeps per document beyond FAISS's own structures. Usage:
+
+    nice -n 10 python benchmarks/memory.py --n 200000 --hnsw-n 100000 [--kinds "Flat;HNSW32"] [--json out.json]
 """
 
 from __future__ import annotations
@@ -92,8 +98,10 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
             hnsw.hnsw.efSearch = 64
         return index
 
-    def search(index) -> int:
-        """Searches at every alpha; the search cache's bytes after them (normrank)."""
+    def search(index) -> tuple[int, int]:
+        """Searches at every alpha; the search cache's bytes after them (normrank), and of those
+        the ones that grow with n (the weight order, id -> position, where rows are: read from
+        the cache's parts, since ``cache_bytes`` gives their sum)."""
         cache = 0
         for a in ALPHAS:
             for q in (queries[:1], queries):
@@ -101,7 +109,11 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
                     index.search(q / np.linalg.norm(q, axis=1, keepdims=True), 10)
                 else:
                     cache = index.search(q, 10, alpha=a, return_stats=True)[2].cache_bytes
-        return cache
+        if side == "faiss":
+            return 0, 0
+        c = index._cache
+        parts = (c.ascending, c.lookup, c.rows)
+        return cache, sum(int(getattr(p, "nbytes", 0)) for p in parts if p is not None)
 
     small = build(_SMALL)
     search(small)
@@ -110,10 +122,11 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
     t = time.perf_counter()
     index = build(n)
     built = time.perf_counter() - t
-    cache = search(index)
+    cache, per_doc = search(index)
     r2 = _rss()
     return {"kind": kind, "side": side, "n": n, "d": d, "fixed_mib": (r1 - r0) / 2**20,
-            "bytes_per_doc": (r2 - r1) / n, "build_s": round(built, 1), "search_cache_bytes": cache}  # fmt: skip
+            "bytes_per_doc": (r2 - r1) / n, "build_s": round(built, 1), "search_cache_bytes": cache,
+            "search_cache_per_doc_bytes": per_doc}  # fmt: skip
 
 
 def _ivf(faiss, index):
@@ -138,6 +151,7 @@ def _hnsw(faiss, index):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--hnsw-n", type=int, default=None, help="n for HNSW kinds (slow builds); default --n")
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--kinds", default=";".join(KINDS), help="index factory strings, ;-separated")
     ap.add_argument("--json", default=None)
@@ -150,8 +164,9 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for kind in args.kinds.split(";"):
         got = {}
+        n = args.hnsw_n if args.hnsw_n and "HNSW" in kind else args.n
         for side in ("faiss", "normrank"):
-            cmd = [sys.executable, __file__, "--n", str(args.n), "--d", str(args.d), "--child", kind, side]
+            cmd = [sys.executable, __file__, "--n", str(n), "--d", str(args.d), "--child", kind, side]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if res.returncode:
                 print(res.stderr[-2000:], file=sys.stderr)
@@ -160,13 +175,17 @@ def main() -> None:
             print(json.dumps(got[side]), flush=True)
         rows.append(got)
     print(
-        f"\n| index (n = {args.n:,}) | FAISS B/doc | NormIndex B/doc | extra | × | fixed MiB FAISS / NormIndex |"
+        "\n| index (n) | FAISS B/doc | NormIndex B/doc | bounded caches MiB (B/doc) | "
+        "excess B/doc | fixed MiB FAISS / NormIndex |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for got in rows:
         f, m = got["faiss"], got["normrank"]
-        print(f"| {f['kind']} | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
-              f"{m['bytes_per_doc'] - f['bytes_per_doc']:+,.0f} | {m['bytes_per_doc'] / f['bytes_per_doc']:.2f} | "
+        bounded = m["search_cache_bytes"] - m["search_cache_per_doc_bytes"]
+        m["bounded_cache_bytes"] = bounded
+        m["excess_bytes_per_doc"] = m["bytes_per_doc"] - f["bytes_per_doc"] - bounded / m["n"]
+        print(f"| {f['kind']} ({f['n']:,}) | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
+              f"{bounded / 2**20:.1f} ({bounded / m['n']:,.0f}) | {m['excess_bytes_per_doc']:+,.0f} | "
               f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:

@@ -31,8 +31,16 @@ def _index(factory: str, x: np.ndarray, **options) -> NormIndex:
 
 
 def _reference(idx: NormIndex, q: np.ndarray, alpha: float) -> np.ndarray:
-    """Every score over FAISS's reconstructions of the stored codes, float64."""
-    recon = idx.faiss_index.reconstruct_batch(idx.ids).astype(np.float64)
+    """Every score over FAISS's reconstructions of the stored codes, float64 (FAISS's own
+    ``reconstruct_n``: an IVF's ids 0 .. n - 1 from its lists, an HNSW's storage in order)."""
+    index = idx.faiss_index
+    if isinstance(index, faiss.IndexIDMap):  # storage order, removed vectors included
+        stored = faiss.vector_to_array(index.id_map)
+        at = {int(i): p for p, i in enumerate(stored)}
+        recon = index.index.reconstruct_n(0, stored.size)[[at[int(i)] for i in idx.ids]]
+    else:
+        recon = index.reconstruct_n(0, int(idx.ids.max()) + 1)[idx.ids]
+    recon = recon.astype(np.float64)
     unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
     return (unit_q @ recon.T) * idx.norms.astype(np.float64) ** alpha
 
@@ -52,13 +60,21 @@ def test_exact_against_the_codes_reconstructions(factory, alpha):
         singles = [idx.search(q[i], 10, alpha=alpha) for i in range(q.shape[0])]
         assert_same_topk(ref, idx.ids, *(np.vstack(v) for v in zip(*singles, strict=True)), 10, tol=2e-5)
         assert stats.path == "scan" and stats.depth <= max(10, stats.depth)
-    # The search cache holds an int32 order, a 1/64 weight sample, the weights in use and of the
-    # rows only the scan's prefix, within its fixed budget.
+    # The search cache holds an int32 order, a 1/64 weight sample, the weights in use, of the
+    # rows only the scan's prefix, within its fixed budget, and for an IVF each document's int32
+    # position in its lists (no direct map: FAISS's index holds nothing for normrank).
     n = idx.ntotal
     prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
     assert prefix <= SCAN_PREFIX_BYTES
+    rows = idx._cache.rows.nbytes
+    assert rows == (
+        4 * n + 8 * (faiss.extract_index_ivf(idx.faiss_index).nlist + 1) if "IVF" in factory else 0
+    )
     heads = 2 * 4 * min(n, 8192) * len(idx._cache.powers)  # first weights in order, bounded
-    assert idx._cache.nbytes - prefix <= 4 * n + 4 * n * len(idx._cache.powers) + n + heads
+    assert idx._cache.nbytes - prefix - rows <= 4 * n + 4 * n * len(idx._cache.powers) + n + heads
+    ivf = faiss.extract_index_ivf(idx.faiss_index) if "IVF" in factory else None
+    assert ivf is None or ivf.direct_map.type == faiss.DirectMap.NoMap
+    assert ivf is not None or type(idx.faiss_index) is faiss.IndexIDMap  # no rev_map
 
 
 def test_single_queries_with_tombstones_and_few_documents():

@@ -2,9 +2,13 @@
 custom weights, id -> position, tombstones and the next default id. Every check that an id
 exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree.
 
-Per document: the id (int64) and the norm (float32), and id -> position as an
-:class:`~normrank.search.ann.IdLookup` (nothing for ids ``0 .. n - 1`` in order, else 4 to 12
-bytes), built at first use and dropped by any change."""
+Per document: the id (int64) and the norm (float32), custom weights (float32) when set, and
+id -> position as an :class:`~normrank.search.ann.IdLookup` (nothing for ids ``0 .. n - 1`` in
+order, else 4 to 12 bytes), built at first use and dropped by any change. A position is the
+document's place in storage order: the id map's order (flat, HNSW; FAISS's ``IndexIDMap``
+holds the same ids once more, 8 bytes), or for an IVF the order added (where its row lies in
+the lists is the row source's: :class:`normrank.search.rows.ListRows`). Removed HNSW documents
+stay as tombstones (an id each)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import SearchCache
 from normrank.search.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
 from normrank.search.plan import SearchStats
+from normrank.search.rows import row_source
 from normrank.search.searcher import OneQuery, search_args, search_into
 
 __all__ = ["NormIndex"]
@@ -376,12 +377,15 @@ class NormIndex(SearchKnobs):
         """The raw vector of ``id_`` (unit direction times norm; float32 rounding ~1e-7)."""
         with self._lock:
             one = check.as_one_id(id_)
-            pos = int(self._docs.positions(np.array([one]))[0])
-            try:
-                unit = self._index.reconstruct(one)
+            pos = self._docs.positions(np.array([one]))
+            docs = self._docs
+            try:  # by storage position, through the search's row source (no id -> row hash)
+                if self._cache.rows is None:
+                    self._cache.rows = row_source(self._index, self._inner, docs.ids, len(docs.tombstones))
+                unit = self._cache.rows.gather(pos)[0]
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e
-            return (unit * self._docs.norms[pos]).astype(np.float32)
+            return (unit * docs.norms[pos[0]]).astype(np.float32)
 
     # -- wrapping an existing index -----------------------------------------------------------
 

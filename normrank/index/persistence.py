@@ -453,8 +453,8 @@ def _ann_options(m: dict[str, Any]) -> dict[str, Any]:
 def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
     """The ids stored inside ``index`` (id map or IVF lists), or None where it keeps none.
 
-    For IVF the id -> (list, offset) direct map is rebuilt from the lists rather than trusted
-    from the file: ``reconstruct`` follows it without bounds checks.
+    For IVF a direct map (id -> (list, offset)) saved in the file is rebuilt from the lists
+    rather than trusted: ``reconstruct`` follows it without bounds checks. None is added.
     """
     stored = stored_ids(index)
     ivf = None if stored is None or is_idmap(index) else ivf_of(index)
@@ -464,10 +464,11 @@ def _faiss_ids(index: faiss.Index) -> np.ndarray | None:
         raise CorruptIndexError("index.faiss: the IVF lists do not hold ntotal vectors")
     if stored.size and (stored.min() < 0 or np.unique(stored).size != stored.size):
         raise CorruptIndexError("index.faiss: the IVF lists hold negative or repeated ids")
-    try:
+    try:  # (an index saved before issue 36 has the hash table; a new one none, read by position)
         kind = ivf.direct_map.type
-        ivf.set_direct_map_type(faiss.DirectMap.NoMap)
-        ivf.set_direct_map_type(kind if kind != faiss.DirectMap.NoMap else faiss.DirectMap.Hashtable)
+        if kind != faiss.DirectMap.NoMap:
+            ivf.set_direct_map_type(faiss.DirectMap.NoMap)
+            ivf.set_direct_map_type(kind)
     except RuntimeError as e:
         raise CorruptIndexError(f"index.faiss: cannot rebuild the IVF direct map: {e}") from e
     return stored

@@ -31,7 +31,9 @@ class IndexState:
 
     Attributes:
         faiss_index: the FAISS inner-product index over unit vectors, taking ``add_with_ids``
-            (an id map, or IVF with a hash-table direct map).
+            (an ``IndexIDMap``, or an IVF, whose lists keep the ids; no direct map: rows are read
+            by storage position). Indexes saved before issue 36 (``IndexIDMap2``, an IVF with a
+            hash-table direct map) load and search as they are.
         ids: int64 ``(n,)`` live ids in storage order.
         norms: float32 ``(n,)`` raw norms aligned with ``ids``.
         weights: float32 ``(n,)`` custom weights (``set_weights``), or None to score by norms.
@@ -151,7 +153,7 @@ def _check_faiss(index: faiss.Index, ids: np.ndarray, tombstones: np.ndarray) ->
     stored = stored_ids(index)
     if stored is None:
         if tombstones.size or not np.array_equal(ids, np.arange(ids.size)):
-            raise UnsupportedIndexError("this FAISS index keeps no ids: wrap it in faiss.IndexIDMap2")
+            raise UnsupportedIndexError("this FAISS index keeps no ids: wrap it in faiss.IndexIDMap")
         return
     if stored.size != total or np.unique(stored).size != total or (stored < 0).any():
         raise UnsupportedIndexError("the ids inside the FAISS index are repeated, negative or miscounted")

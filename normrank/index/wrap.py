@@ -16,6 +16,7 @@ from normrank.errors import InvalidInputError, InvalidParameterError, Unsupporte
 from normrank.index.state import IndexState
 from normrank.search.faiss_info import (
     ann_params,
+    hashed_if_hidden,
     inner_index,
     is_gpu,
     is_idmap,
@@ -26,6 +27,7 @@ from normrank.search.faiss_info import (
     stored_ids,
     with_ids,
 )
+from normrank.search.rows import row_source
 from normrank.validation import as_ids, split_norms
 
 __all__ = ["new_faiss_index", "state_from_faiss"]
@@ -81,9 +83,9 @@ def state_from_faiss(
     (a warning says so; progress shows on a terminal).
 
     With ``norms``, ``index`` must already hold unit vectors under inner product (a cosine
-    index, PQ or HNSW included); it is wrapped as is, except that an IVF gets FAISS's hash-table
-    direct map (vectors read back by id, for the weight-order scan) and an IndexIDMap's index
-    is wrapped by an IndexIDMap2 with the same ids (IndexIDMap cannot read vectors back). ``norms`` is one value per stored vector
+    index, PQ or HNSW included); it is wrapped as is (an index without ids, other than an IVF,
+    inside an ``IndexIDMap``; an IVF beneath a pre-transform gets FAISS's hash-table direct map,
+    since only there are vectors read back by id). ``norms`` is one value per stored vector
     in the order the vectors were added (``np.linalg.norm(x, axis=1)`` of the ``x`` given to
     ``add`` / ``add_with_ids``), or a mapping ``{id: norm}`` covering every stored id. An IVF
     index (not inside an id map) keeps its vectors in list order and no record of the order they
@@ -179,27 +181,25 @@ def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_facto
         raise UnsupportedIndexError("with norms=, the index must be inner-product over unit vectors")
     if is_gpu(index):
         index = faiss.index_gpu_to_cpu(index)
-    # The weight-order scan reads vectors back by id (reconstruct_batch): an IVF needs a direct
-    # map for that, and an IndexIDMap (unlike IDMap2) cannot reconstruct at all. A refine stage's
-    # rows are read from its refine index (no direct map), and it takes ids only from IDMap2.
-    ivf = None if refine_of(index) is not None else ivf_of(index)
-    if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # as NormIndex's own IVF indexes
-    if isinstance(index, faiss.IndexIDMap2) or (ivf is not None and not is_idmap(index)):
-        wrapped = index
+    # The weight-order scan reads rows by storage position (the id map's order, an IVF's lists, a
+    # refine stage's refine index): only an IVF beneath a pre-transform is read by id, through a
+    # direct map. A refine stage takes ids only through an id map.
+    refined = refine_of(index) is not None
+    if not refined:
+        hashed_if_hidden(index)
+    if is_idmap(index) or (ivf_of(index) is not None and not refined):
+        wrapped = index  # an id map (IDMap or IDMap2) or an IVF, as the user built it
     else:
-        inner = inner_index(index) if is_idmap(index) else index
-        if not is_idmap(index) and not np.array_equal(ids, np.arange(index.ntotal)):
+        if not np.array_equal(ids, np.arange(index.ntotal)):
             raise UnsupportedIndexError("cannot wrap this index type with custom ids")
-        # IndexIDMap2 insists on an empty index: build it empty, then point it at this one.
-        wrapped = faiss.IndexIDMap2(faiss.IndexFlatIP(index.d))
-        wrapped.index = inner
+        # IndexIDMap insists on an empty index: build it empty, then point it at this one.
+        wrapped = faiss.IndexIDMap(faiss.IndexFlatIP(index.d))
+        wrapped.index = index
         wrapped.own_fields = False
-        wrapped.referenced_objects = [index, inner]  # keeps the Python objects (and C++ indexes) alive
+        wrapped.referenced_objects = [index]  # keeps the Python object (and C++ index) alive
         wrapped.ntotal = index.ntotal
         wrapped.is_trained = index.is_trained
         faiss.copy_array_to_vector(ids, wrapped.id_map)
-        wrapped.construct_rev_map()
     _check_unit(wrapped, ids)
     return IndexState(
         wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
@@ -222,8 +222,9 @@ def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> Non
     )
     if not exact or not ids.size:
         return
-    picked = ids[np.linspace(0, ids.size - 1, min(ids.size, sample)).astype(np.int64)]
-    lengths = np.linalg.norm(wrapped.reconstruct_batch(picked).astype(np.float64), axis=1)
+    picked = np.linspace(0, ids.size - 1, min(ids.size, sample)).astype(np.int64)
+    rows = row_source(wrapped, inner, ids, 0).gather(picked)
+    lengths = np.linalg.norm(rows.astype(np.float64), axis=1)
     worst = float(np.max(np.abs(lengths - 1.0)))
     if worst > _NORMS_GIVEN_TOLERANCE:
         raise InvalidInputError(

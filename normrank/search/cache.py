@@ -1,9 +1,11 @@
 """What searches derive from one state of a :class:`~normrank.NormIndex`: owned by the index,
 built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
-stale. Per document it holds one int32 (the weight order) and, bounded by
+stale. Per document it holds one int32 (the weight order), the id -> position table where ids
+are not ``0 .. n - 1`` in order, where the rows are where storage positions are not document
+positions (an IVF: one int32; an HNSW after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
-of the index."""
+of the index. ``nbytes`` counts all of it."""
 
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ class SearchCache:
             ``ascending`` and the row source, a 1/64 weight sample, and a contiguous copy of
             the first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
-        rows: where the scan reads document rows (:mod:`normrank.search.rows`), set by the
-            searcher at the state's first ANN search.
+        rows: where the scan (and ``reconstruct``) reads document rows
+            (:mod:`normrank.search.rows`), set at the state's first ANN search or reconstruct.
         device: the flat storage copied to a torch device (``device=`` searches; opt-in).
         one: the latency case bound to this state (:class:`normrank.search.searcher.OneQuery`),
             False where the index is flat.

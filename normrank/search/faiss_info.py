@@ -25,6 +25,7 @@ __all__ = [
     "breadth_reader",
     "can_remove",
     "flat_storage",
+    "hashed_if_hidden",
     "inner_index",
     "is_gpu",
     "is_idmap",
@@ -80,18 +81,30 @@ def ann_base(inner: faiss.Index) -> faiss.Index:
 
 
 def with_ids(index: faiss.Index) -> faiss.Index:
-    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get IDMap2 (a
-    refine stage too, whatever its base: IndexRefine adds without ids only)."""
+    """An index that takes ``add_with_ids``: IVF and IDMap do natively, the rest get an
+    ``IndexIDMap`` (not IDMap2: its ``rev_map`` hash, ~40 bytes a document, is never read;
+    normrank finds rows by storage position), a refine stage too whatever its base (IndexRefine
+    adds without ids only). No direct map is set on an IVF: rows are read from its lists by
+    position (:class:`normrank.search.rows.ListRows`)."""
     if is_idmap(index):
         return index
     if isinstance(index, faiss.IndexRefine):
-        return faiss.IndexIDMap2(index)
-    ivf = ivf_of(index)
-    if ivf is not None:
-        # reconstruct(id) on arbitrary ids needs a hash-table direct map.
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+        return faiss.IndexIDMap(index)
+    if ivf_of(index) is not None:
+        hashed_if_hidden(index)
         return index
-    return faiss.IndexIDMap2(index)
+    return faiss.IndexIDMap(index)
+
+
+def hashed_if_hidden(index: faiss.Index) -> None:
+    """An IVF beneath another index (a pre-transform) is read back by id through FAISS's
+    ``reconstruct_batch``, which needs a direct map there: give it the hash table if it has none.
+    An IVF that is the index itself (or directly beneath an id map) needs none."""
+    ivf = ivf_of(index)
+    if ivf is None or isinstance(faiss.downcast_index(inner_index(index)), faiss.IndexIVF):
+        return
+    if ivf.direct_map.type == faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
 
 
 def levels(index: faiss.Index) -> list[faiss.Index]:

@@ -6,8 +6,17 @@ document vectors. Nothing here copies more than one bounded block.
   for a batch.
 * :class:`CodeRows`: compressed codes in one array (an HNSW's SQ / PQ storage): the code rows
   gathered and decoded by FAISS's ``sa_decode``, a block at a time.
-* :class:`IdRows`: anything else (IVF lists of any codes, pre-transforms): FAISS's
-  ``reconstruct_batch`` by id, a block at a time (IVF through its direct map).
+* :class:`ListRows`: an IVF's inverted lists of any codes, read in place by (list, offset):
+  IVF-Flat rows are the lists' float32 codes, other codes are decoded by the IVF's own
+  ``sa_decode`` (the list number as prefix), a block at a time. No direct map is needed.
+* :class:`PositionRows`: any other index beneath an id map (pre-transforms, refine stages):
+  FAISS's ``reconstruct_batch`` by storage position, a block at a time.
+* :class:`IdRows`: what is left (an IVF beneath a pre-transform): ``reconstruct_batch`` by id
+  (through the IVF's direct map, which :func:`~normrank.search.faiss_info.with_ids` sets there).
+
+Where a document is in FAISS's storage costs nothing per document, except: an HNSW holding
+removed vectors (int32 FAISS position of each live document) and an IVF (int32 position of
+each document in the concatenation of the lists, built at the first scan).
 
 Scores read through a row source are ``q . row`` of the stored (decoded) vector: exact on flat
 storage, the codes' own cosine estimate on compressed codes (FAISS's search computes the same
@@ -19,9 +28,19 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from normrank.search.faiss_info import flat_storage, stored_ids
+from normrank.search.ann import IdLookup
+from normrank.search.faiss_info import flat_storage, is_idmap, stored_ids
 
-__all__ = ["BLOCK_ROWS", "CodeRows", "FlatRows", "IdRows", "PrefixCopy", "row_source"]
+__all__ = [
+    "BLOCK_ROWS",
+    "CodeRows",
+    "FlatRows",
+    "IdRows",
+    "ListRows",
+    "PositionRows",
+    "PrefixCopy",
+    "row_source",
+]
 
 # Rows decoded or gathered at a time: 384-d float32, 1.5 MB.
 BLOCK_ROWS = 1024
@@ -112,27 +131,125 @@ class IdRows(_Decoded):
     nbytes = 0
 
 
+class PositionRows(_Decoded):
+    """Rows reconstructed by FAISS from their storage positions (``internal[pos]``, or ``pos``
+    itself), a block at a time: any index that reconstructs by position."""
+
+    def __init__(self, index: faiss.Index, internal: np.ndarray | None = None) -> None:
+        self._index, self._internal = index, internal
+
+    def gather(self, pos: np.ndarray) -> np.ndarray:
+        at = pos if self._internal is None else self._internal[pos]
+        out = np.empty((at.size, self._index.d), dtype=np.float32)
+        for s in range(0, at.size, BLOCK_ROWS):
+            block = np.ascontiguousarray(at[s : s + BLOCK_ROWS], dtype=np.int64)
+            out[s : s + block.size] = self._index.reconstruct_batch(block)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._internal is None else self._internal.nbytes
+
+
+class ListRows(_Decoded):
+    """Rows of an IVF read from its inverted lists in place. ``at``: each document's position
+    in the concatenation of the lists (list ``l`` starts at the sum of the sizes before it, so
+    a position is ``(list, offset)`` with nlist integers, no per-document hash)."""
+
+    def __init__(self, ivf: faiss.IndexIVF, at: np.ndarray) -> None:
+        self._ivf = ivf
+        lists = ivf.invlists
+        sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
+        self._start = np.concatenate([[0], np.cumsum(sizes)])
+        self._code_size = int(lists.code_size)
+        self._flat = isinstance(ivf, faiss.IndexIVFFlat)
+        self._coarse = int(ivf.coarse_code_size())
+        self._views: dict[int, np.ndarray] = {}  # per list, at most nlist views (no copies)
+        self.at = at
+
+    def _codes(self, lst: int) -> np.ndarray:
+        view = self._views.get(lst)
+        if view is None:
+            size = int(self._start[lst + 1] - self._start[lst])
+            raw = faiss.rev_swig_ptr(self._ivf.invlists.get_codes(lst), size * self._code_size)
+            view = self._views[lst] = raw.reshape(size, self._code_size)
+        return view
+
+    def _gather_codes(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The code of each concatenated position ``at`` and its list number."""
+        by = np.argsort(at, kind="stable")
+        sorted_at = at[by]
+        lst = np.searchsorted(self._start, sorted_at, side="right") - 1
+        cut = np.flatnonzero(np.diff(lst)) + 1
+        codes = np.empty((at.size, self._code_size), dtype=np.uint8)
+        for a, b in zip(np.r_[0, cut], np.r_[cut, at.size], strict=True):
+            lo = int(lst[a])
+            codes[by[a:b]] = self._codes(lo).take(sorted_at[a:b] - self._start[lo], axis=0)
+        lists = np.empty(at.size, dtype=np.int64)
+        lists[by] = lst
+        return codes, lists
+
+    def gather(self, pos: np.ndarray) -> np.ndarray:
+        at = self.at[pos]
+        d = self._ivf.d
+        out = np.empty((at.size, d), dtype=np.float32)
+        for s in range(0, at.size, BLOCK_ROWS):
+            codes, lists = self._gather_codes(at[s : s + BLOCK_ROWS])
+            m = codes.shape[0]
+            if self._flat:  # IVF-Flat codes are the float32 rows
+                out[s : s + m] = codes.view(np.float32).reshape(m, d)
+                continue
+            # FAISS's standalone code: the list number (little-endian, coarse_code_size bytes)
+            # then the list's code; sa_decode adds the centroid back where codes are residuals.
+            sa = np.empty((m, self._coarse + self._code_size), dtype=np.uint8)
+            sa[:, : self._coarse] = lists.astype("<i8").view(np.uint8).reshape(m, 8)[:, : self._coarse]
+            sa[:, self._coarse :] = codes
+            self._ivf.sa_decode_c(m, faiss.swig_ptr(sa), faiss.swig_ptr(out[s : s + m]))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self.at.nbytes + self._start.nbytes
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int32 if values.size < 2**31 else np.int64)
+
+
+def _list_positions(ivf: faiss.IndexIVF, storage_ids: np.ndarray) -> np.ndarray:
+    """Position in the concatenation of ``ivf``'s lists of each document, the documents given by
+    the id the IVF stores for them (``storage_ids``, by document position)."""
+    listed = stored_ids(ivf)  # the ids in list order (a transient copy)
+    where = IdLookup(storage_ids)(listed)
+    at = np.empty(storage_ids.size, dtype=np.int64)
+    at[where] = np.arange(listed.size)
+    return _small(at)
+
+
 def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: np.ndarray, n_removed: int):
     """The cheapest row source for a NormIndex's FAISS ``index`` (``inner``: beneath its id map),
     whose live documents are ``doc_ids`` by position (``n_removed`` removed ones still stored).
     A refine stage's rows are its refine index's (``IndexRefineFlat``: the raw unit vectors, read
     in place; a coded refine index: its codes decoded), in the order added, as an HNSW's."""
-    stored_in = None
-    if isinstance(inner, faiss.IndexHNSW):
-        stored_in = inner.storage
-    elif isinstance(inner, faiss.IndexRefine):
-        stored_in = inner.refine_index
-    if stored_in is not None and index is not inner:
-        storage = faiss.downcast_index(stored_in)
-        internal = None
-        if n_removed:  # FAISS positions of the live documents (removed ones stay in storage)
-            stored = stored_ids(index)
-            live = np.flatnonzero(np.isin(stored, doc_ids))
-            internal = live.astype(np.int32 if live.size < 2**31 else np.int64)
-        if isinstance(storage, faiss.IndexFlat):
-            return FlatRows(storage, internal)
-        if isinstance(storage, faiss.IndexFlatCodes):
-            return CodeRows(storage, internal)
+    inner = faiss.downcast_index(inner)
+    idmap = is_idmap(index)
+    internal = None
+    if idmap and n_removed:  # FAISS positions of the live documents (removed ones stay in storage)
+        internal = _small(np.flatnonzero(np.isin(stored_ids(index), doc_ids)))
+    if isinstance(inner, faiss.IndexRefine):
+        storage = faiss.downcast_index(inner.refine_index)
+    elif isinstance(inner, faiss.IndexIVF):
+        # Beneath an id map the IVF stores each vector's position in the id map as its id.
+        storage_ids = np.arange(doc_ids.size, dtype=np.int64) if idmap else doc_ids
+        return ListRows(inner, _list_positions(inner, storage_ids))
+    else:
+        storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner
+    if isinstance(storage, faiss.IndexFlat):
+        return FlatRows(storage, internal)
+    if isinstance(storage, faiss.IndexFlatCodes):
+        return CodeRows(storage, internal)
+    if idmap or stored_ids(index) is None:  # (no ids kept: they are the storage positions)
+        return PositionRows(inner, internal)
     return IdRows(index, doc_ids)
 
 
