@@ -67,27 +67,26 @@ def knobs(kind: str, args) -> dict:
 
 
 def load_normindex(path: Path):
-    """``NormIndex.load(path)``, or where that refuses an IVF-PQ the same saved files through
-    FAISS's own reader and ``NormIndex.from_state`` (normrank's reader caps FAISS's allocations
-    at the file's size, and the table FAISS derives on reading an IVF-PQ, nlist * M * 256 floats,
-    is larger: a normrank bug, reported, not fixed here). Returns the index and how it loaded."""
+    """The NormIndex of a build: the cached plain FAISS index (``plain.faiss`` beside ``path``)
+    wrapped by ``NormIndex.from_faiss(index, norms=<the saved norms>)``, so that it has the layout
+    this tree gives a new index (an index saved by an older tree loads with the structures it was
+    saved with: IndexIDMap2's rev_map, an IVF's hash-table direct map). Returns the index and how
+    it was made."""
     import faiss
     import numpy as np
 
     from normrank import NormIndex
-    from normrank.errors import CorruptIndexError
-    from normrank.index.state import IndexState
 
-    try:
-        return NormIndex.load(path), "NormIndex.load"
-    except CorruptIndexError as e:
-        if "precomputed_table" not in str(e):
-            raise
     m = json.loads((path / "manifest.json").read_text())
     gen = path / m["generation"]
-    state = IndexState(faiss.read_index(str(gen / "index.faiss")), np.load(gen / "ids.npy"), np.load(gen / "norms.npy"),
-                       next_id=m.get("next_id", 0), alpha=m["alpha"], factory=m.get("factory"))  # fmt: skip
-    return NormIndex.from_state(state), "from_state(faiss.read_index): NormIndex.load refused it"
+    ids = np.load(gen / "ids.npy")
+    if not np.array_equal(ids, np.arange(ids.size)):
+        raise SystemExit(f"{path}: the build's ids are not 0 .. n - 1; rebuild with --build-only")
+    plain = faiss.read_index(str(path.parent / "plain.faiss"))
+    norms = np.load(gen / "norms.npy")
+    # An IVF keeps no record of the order vectors were added: norms by id (ids 0 .. n - 1).
+    index = NormIndex.from_faiss(plain, norms=dict(enumerate(norms.tolist())), alpha=m["alpha"])
+    return index, "from_faiss(plain.faiss, norms=)"
 
 
 def build(kind: str, n: int, args) -> dict:
@@ -284,10 +283,11 @@ def markdown(rows: list, mem: list, builds: list, meta: dict) -> str:
                      f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
     out += table("| index | n | FAISS alone B/doc | NormIndex B/doc | extra | × | search cache MiB (B/doc) | extra "
                  "without the cache | on disk B/doc FAISS / NormIndex | fixed MiB FAISS / NormIndex |", lines)  # fmt: skip
-    refused = [got["normrank"]["kind"] for got in mem if got["normrank"]["loaded"] != "NormIndex.load"]
-    if refused:  # see load_normindex
-        out += ["", f"NormIndex.load refused the saved {', '.join(refused)} (FAISS's IVF-PQ table exceeds "
-                "normrank's read limit): loaded from the same files by `faiss.read_index` + `NormIndex.from_state`."]  # fmt: skip
+    out += [
+        "",
+        "The NormIndex side wraps the cached plain FAISS index by `NormIndex.from_faiss(index, "
+        "norms=...)` (see `load_normindex`): the layout this tree gives a new index.",
+    ]
     out += ["", "**Builds** (`--build-only`, nice 19; seconds, wall unless marked CPU):"]
     out += table("| index | n | threads | train | add | save | wall | CPU | load at start / end |", [
         f"| {b['kind']} | {b['n']:,} | {b['threads']} | {b.get('train_s', 0):.0f} | {b['add_s']:.0f} | {b['save_s']:.0f} "

@@ -144,7 +144,8 @@ class WeightOrder:
         # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
         # index search leaves). 0: none.
         self._prefix_bytes = int(prefix_bytes)
-        self._prefix: np.ndarray | None = None
+        self._prefix: np.ndarray | None = None  # the rows written so far, a view of _buffer
+        self._buffer: np.ndarray | None = None
 
     def _sample(self, weights: np.ndarray) -> np.ndarray:
         """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
@@ -201,8 +202,12 @@ class WeightOrder:
         cap = min(self.order.size, self._prefix_bytes // max(probe[0].nbytes, 1))
         grow = min(cap, max(hi, 2 * have, 256))
         if grow > have:
-            new = np.ascontiguousarray(self._gather(have, grow), dtype=np.float32)
-            self._prefix = new if self._prefix is None else np.concatenate([self._prefix, new])
+            if self._buffer is None:
+                # Reserved whole but written (so resident) only as far as scans read: growing it
+                # never copies, and leaves no freed blocks behind in the heap.
+                self._buffer = np.empty((cap, probe.shape[1]), dtype=np.float32)
+            self._buffer[have:grow] = self._gather(have, grow)
+            self._prefix = self._buffer[:grow]
         return self._prefix.shape[0] if self._prefix is not None else 0
 
     def _gather(self, lo: int, hi: int) -> np.ndarray:
