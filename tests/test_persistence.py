@@ -278,3 +278,22 @@ def test_loaded_ivf_pq_against_numpy(tmp_path):
         scores, ids = loaded.search(q, 10, alpha=alpha)
         ref = cos * loaded.norms.astype(np.float64)[None, :] ** alpha
         assert_same_topk(ref, loaded.ids, scores, ids, 10, tol=1e-4)
+
+
+def test_saved_faiss_file_is_faiss_own_serialisation(tmp_path, monkeypatch):
+    """The FAISS file is streamed to disk by FAISS's writer: byte for byte what
+    ``faiss.serialize_index`` makes, with the size and SHA-256 the manifest records."""
+    import hashlib
+
+    import faiss
+
+    import normrank.index.persistence as persistence
+
+    monkeypatch.setattr(persistence, "_CHUNK", 4096)  # many chunks, one partly filled at the end
+    index = NormIndex(DIM, factory="HNSW8")
+    index.add(_data(3_000))
+    index.save(tmp_path / "ix")
+    data = (_gen(tmp_path / "ix") / "index.faiss").read_bytes()
+    assert data == faiss.serialize_index(index.faiss_index).tobytes()
+    meta = json.loads((tmp_path / "ix" / "manifest.json").read_text())["files"]["index.faiss"]
+    assert meta == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
