@@ -196,3 +196,104 @@ def test_what_is_accepted_at_float32_ends_saves_and_loads(tmp_path, factory):
         a, b = ix.search(q, 11, alpha=alpha), loaded.search(q, 11, alpha=alpha)
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[1], b[1])
+
+
+# -- every kind NormIndex builds saves and loads (issue 36: an IVF-PQ was refused at load) --
+
+KIND_DIM = 32
+
+
+def _hnsw_pq(x: np.ndarray) -> NormIndex:
+    """HNSW-PQ: FAISS's factory builds it with L2 (refused), so over inner product it comes
+    wrapped from FAISS, of unit vectors with their norms."""
+    import faiss
+
+    norms = np.linalg.norm(x, axis=1)
+    unit = (x / norms[:, None]).astype(np.float32)
+    hnsw = faiss.IndexHNSWPQ(KIND_DIM, 8, 16, 8, faiss.METRIC_INNER_PRODUCT)
+    hnsw.train(unit)
+    hnsw.add(unit)
+    return NormIndex.from_faiss(hnsw, norms=norms, alpha=-0.5)
+
+
+KINDS = {
+    "Flat": "Flat",
+    "IVF-Flat": "IVF16,Flat",
+    "IVF-PQ": "IVF16,PQ8",
+    "IVF-SQ8": "IVF16,SQ8",
+    "HNSW-Flat": "HNSW16",
+    "HNSW-SQ8": "HNSW16,SQ8",
+    "HNSW-PQ": _hnsw_pq,
+    "IVF-Flat,RFlat": "IVF16,Flat,RFlat",
+    "IVF-PQ,RFlat": "IVF16,PQ8,RFlat",
+    "IVF-SQ8,RFlat": "IVF16,SQ8,RFlat",
+    "HNSW-SQ8,RFlat": "HNSW16,SQ8,RFlat",
+    "OPQ,IVF-PQ": "OPQ8,IVF16,PQ8",
+}
+
+
+def _kind(name: str, x: np.ndarray) -> NormIndex:
+    factory = KINDS[name]
+    if callable(factory):
+        return factory(x)
+    index = NormIndex(KIND_DIM, alpha=-0.5, factory=factory)
+    if not index.is_trained:
+        index.train(x)
+    index.add(x)
+    return index
+
+
+@pytest.mark.filterwarnings("ignore")  # FAISS's k-means: 2,000 points for 256 PQ centroids
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_round_trips(kind, tmp_path):
+    """The smallest reproducer of issue 36 is IVF16,PQ8 over 2,000 vectors of dimension 32: its
+    precomputed table (16 · 8 · 256 floats) outgrew the file, and load raised CorruptIndexError."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(2_000, KIND_DIM)) * rng.lognormal(sigma=0.7, size=(2_000, 1))
+    index = _kind(kind, x)
+    index.remove([5, 17, 1_999])  # deletes (Flat, IVF) or tombstones (HNSW, refine stages)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    assert type(loaded.faiss_index) is type(index.faiss_index)
+    _assert_same(index, loaded, rng.normal(size=(20, KIND_DIM)))
+    loaded.save(tmp_path / "again")  # what was loaded saves and loads again
+    _assert_same(index, NormIndex.load(tmp_path / "again"), rng.normal(size=(5, KIND_DIM)))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_loaded_ivf_pq_against_numpy(tmp_path):
+    """The loaded IVF-PQ, searched over every list, ranks exactly by the cosine of its codes:
+    numpy over the vectors FAISS decodes (centroid + residual), times norm ** alpha."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(2_000, KIND_DIM)) * rng.lognormal(sigma=0.7, size=(2_000, 1))
+    index = NormIndex(KIND_DIM, alpha=0.5, factory="IVF16,PQ8", nprobe=16)
+    index.train(x)
+    index.add(x)
+    index.save(tmp_path / "ix")
+    loaded = NormIndex.load(tmp_path / "ix")
+    decoded = np.vstack([loaded.faiss_index.reconstruct(int(i)) for i in loaded.ids])
+    q = rng.normal(size=(10, KIND_DIM))
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ decoded.astype(np.float64).T  # not unit
+    for alpha in (-1.0, 0.0, 0.7):
+        scores, ids = loaded.search(q, 10, alpha=alpha)
+        ref = cos * loaded.norms.astype(np.float64)[None, :] ** alpha
+        assert_same_topk(ref, loaded.ids, scores, ids, 10, tol=1e-4)
+
+
+def test_saved_faiss_file_is_faiss_own_serialisation(tmp_path, monkeypatch):
+    """The FAISS file is streamed to disk by FAISS's writer: byte for byte what
+    ``faiss.serialize_index`` makes, with the size and SHA-256 the manifest records."""
+    import hashlib
+
+    import faiss
+
+    import normrank.index.persistence as persistence
+
+    monkeypatch.setattr(persistence, "_CHUNK", 4096)  # many chunks, one partly filled at the end
+    index = NormIndex(DIM, factory="HNSW8")
+    index.add(_data(3_000))
+    index.save(tmp_path / "ix")
+    data = (_gen(tmp_path / "ix") / "index.faiss").read_bytes()
+    assert data == faiss.serialize_index(index.faiss_index).tobytes()
+    meta = json.loads((tmp_path / "ix" / "manifest.json").read_text())["files"]["index.faiss"]
+    assert meta == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -4,6 +4,12 @@ FAISS's reader trusts the length fields inside the file. Before deserialising we
 top-level header against the manifest, and while deserialising we cap every vector FAISS
 allocates at the size of the file itself (a vector cannot hold more bytes than the file), so a
 header that claims billions of vectors fails fast instead of allocating them.
+
+One structure is not in the file and may outgrow it: the table FAISS precomputes on reading an
+IVF-PQ (``nlist · M · ksub`` floats, often larger than the codes). We read with that step skipped
+and let FAISS precompute only once the quantizer is known to rank by inner product, for which
+FAISS builds no table at all; an IVF-PQ over any other quantizer is refused (NormIndex needs inner
+product at every level), so no file can make the reader allocate more than its own size.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import CorruptIndexError, MissingDependencyError
+from normrank.search.faiss_info import levels
 
 __all__ = ["read_faiss_index"]
 
@@ -41,22 +48,47 @@ def read_faiss_index(data: bytes, *, dim: int, count: int) -> faiss.Index:
             f"faiss {faiss.__version__} cannot read untrusted index files safely: "
             "pip install 'faiss-cpu>=1.15'"
         )
-    buf = np.frombuffer(data, dtype=np.uint8)
+    reader = faiss.VectorIOReader()
+    faiss.copy_array_to_vector(np.frombuffer(data, dtype=np.uint8), reader.data)
     with _limits_lock:
         old_bytes = faiss.get_deserialization_vector_byte_limit()
         old_loops = faiss.get_deserialization_loop_limit()
         try:
             faiss.set_deserialization_vector_byte_limit(len(data))
             faiss.set_deserialization_loop_limit(max(1 << 16, len(data)))
-            index = faiss.deserialize_index(buf)
+            index = faiss.read_index(reader, faiss.IO_FLAG_SKIP_PRECOMPUTE_TABLE)
         except (RuntimeError, MemoryError, ValueError) as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise CorruptIndexError(f"index.faiss is corrupt or truncated: {first[-300:]}") from e
+            raise _corrupt(e) from e
         finally:
             faiss.set_deserialization_vector_byte_limit(old_bytes)
             faiss.set_deserialization_loop_limit(old_loops)
+    del reader  # a copy of the file: not needed beside the index
     if index.d != dim or index.ntotal != count:
         raise CorruptIndexError("index.faiss does not match the manifest's dimension and count")
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise CorruptIndexError("index.faiss is not an inner-product index")
+    _precompute_ivfpq_tables(index)
     return index
+
+
+def _precompute_ivfpq_tables(index: faiss.Index) -> None:
+    """What FAISS's reader skipped: each IVF-PQ's precomputed table, which FAISS builds only for a
+    quantizer that is not inner product (and then of ``nlist · M · ksub`` floats, unbounded by the
+    file's size). Such a quantizer is refused first, so nothing is allocated here."""
+    for level in levels(index):
+        if not isinstance(level, faiss.IndexIVFPQ):
+            continue
+        if level.quantizer.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise CorruptIndexError(
+                f"index.faiss: an {type(level).__name__} whose quantizer does not use inner product "
+                f"(metric {level.quantizer.metric_type}); NormIndex needs inner product at every level"
+            )
+        try:
+            level.precompute_table()  # as FAISS's reader would have: for inner product, no table
+        except RuntimeError as e:
+            raise _corrupt(e) from e
+
+
+def _corrupt(e: BaseException) -> CorruptIndexError:
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return CorruptIndexError(f"index.faiss is corrupt or truncated: {first[-300:]}")

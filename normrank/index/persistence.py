@@ -66,6 +66,7 @@ _LOAD_RETRIES = 5
 # file name -> expected dtype; nothing outside this set is ever opened.
 _ARRAYS = {"ids.npy": "<i8", "norms.npy": "<f4", "weights.npy": "<f4", "tombstones.npy": "<i8"}
 _FAISS_FILE = "index.faiss"
+_CHUNK = 1 << 20  # bytes of the FAISS file gathered per os.write while saving
 
 
 def _fsync_dir(path: Path) -> None:
@@ -88,6 +89,39 @@ def _write_file(path: Path, data: bytes) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _write_faiss(path: Path, index: faiss.Index) -> dict[str, Any]:
+    """:func:`_write_file` for a FAISS index, streamed: FAISS's writer hands its bytes to a
+    callback that writes them through ``os`` in chunks of ``_CHUNK`` and hashes them on the way,
+    so no serialised copy of the index is ever held (``serialize_index`` held two)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    digest, size, pending = hashlib.sha256(), 0, bytearray()
+
+    def flush() -> None:
+        view = memoryview(pending)
+        while view:
+            view = view[os.write(fd, view) :]
+        view.release()
+        pending.clear()
+
+    def write(chunk: bytes) -> int:
+        nonlocal size
+        digest.update(chunk)
+        size += len(chunk)
+        pending.extend(chunk)  # FAISS writes field by field: gather them, one os.write a chunk
+        if len(pending) >= _CHUNK:
+            flush()
+        return len(chunk)
+
+    try:
+        # An OSError raised in write() comes out of write_index as itself (FAISS re-raises it).
+        faiss.write_index(index, faiss.PyCallbackIOWriter(write, _CHUNK))
+        flush()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
 
 def _npy_bytes(arr: np.ndarray, dtype: str) -> bytes:
@@ -177,9 +211,7 @@ def _save_locked(state: IndexState, root: Path) -> None:
         faiss_index = faiss.index_gpu_to_cpu(faiss_index)
     try:
         os.mkdir(staging)
-        files = {
-            _FAISS_FILE: _write_file(staging / _FAISS_FILE, faiss.serialize_index(faiss_index).tobytes())
-        }
+        files = {_FAISS_FILE: _write_faiss(staging / _FAISS_FILE, faiss_index)}
         for name, arr in _state_arrays(state).items():
             fname = f"{name}.npy"
             files[fname] = _write_file(staging / fname, _npy_bytes(arr, _ARRAYS[fname]))

@@ -470,6 +470,27 @@ def test_ivf_with_an_l2_quantizer_is_refused(tmp_path):
         NormIndex.load(d)
 
 
+def test_ivf_pq_with_an_l2_quantizer_is_refused_before_its_table(tmp_path):
+    """FAISS precomputes an IVF-PQ's table (nlist * M * ksub floats, not in the file) only for a
+    quantizer that is not inner product: such a file is refused before anything is allocated."""
+    import faiss
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(300, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ix = NormIndex(DIM, factory="IVF4,Flat")
+    ix.train(x)
+    ix.add(x)
+    d = tmp_path / "ix"
+    ix.save(d)
+    bad = faiss.IndexIVFPQ(faiss.IndexFlatL2(DIM), DIM, 4, 4, 4, faiss.METRIC_INNER_PRODUCT)
+    bad.train(x)
+    bad.add_with_ids(x, ix.ids)
+    _save_state_files(d, faiss_index=bad, ids=ix.ids, norms=ix.norms)
+    with pytest.raises(CorruptIndexError, match="quantizer does not use inner product"):
+        NormIndex.load(d)
+
+
 RESIGNED: dict[str, tuple[dict, dict, str]] = {
     # name: (manifest edits, arrays to write, words in the error)
     "alpha 1e308": ({"alpha": 1e308}, {}, "alpha"),
