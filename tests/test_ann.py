@@ -271,3 +271,22 @@ def test_small_ef_search_is_exact_without_widening(data, monkeypatch):
         # relative to what the index returned, so compare against numpy with a small margin
         assert recall(got, ref) >= 0.9, alpha
     assert asked and max(asked) <= 16
+
+
+def test_single_query_scan_stops_where_its_raised_bound_holds():
+    """A single query's scan re-reads its bound after every block: once the k-th score it has
+    found makes the bound hold, it stops there, not at the depth its first k-th score needed
+    (30k documents, a shallow cosine depth: ~13k rows a query before, one block now), and the
+    answer stays exact."""
+    rng = np.random.default_rng(3)
+    n, d = 30_000, 16
+    x = rng.standard_normal((n, d)).astype(np.float32) * rng.lognormal(0, 0.5, (n, 1)).astype(np.float32)
+    idx = NormIndex(d, factory="HNSW16", max_depth=K, n_tail=16)
+    idx.add(x)
+    faiss.downcast_index(idx._inner).hnsw.efSearch = 256
+    q = rng.standard_normal((20, d)).astype(np.float32)
+    ref = brute_scores(x, q, 1.0)
+    for j, qq in enumerate(q):
+        s, ids, stats = idx.search(qq, K, alpha=1.0, return_stats=True)
+        assert_same_topk(ref[j : j + 1], idx.ids, s.reshape(1, -1), ids.reshape(1, -1), K)
+        assert stats.path == "scan" and stats.scanned <= 16 + 2 * ann_module._ONE_BLOCK
