@@ -238,7 +238,11 @@ def bench_flat(x: np.ndarray, q: np.ndarray, alphas, nqs, reps: int, rows: list,
 
 
 def set_params(index: faiss.Index, kind: str, value: int) -> None:
-    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2) else index
+    inner = (
+        faiss.downcast_index(index.index)
+        if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2)
+        else index
+    )
     if kind == "ivf":
         faiss.extract_index_ivf(inner).nprobe = value
     else:
