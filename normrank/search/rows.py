@@ -166,6 +166,10 @@ class ListRows(_Decoded):
         self._coarse = int(ivf.coarse_code_size())
         self._views: dict[int, np.ndarray] = {}  # per list, at most nlist views (no copies)
         self.at = at
+        self._reader = None
+        if type(ivf) is faiss.IndexIVFFlat and at.size:
+            self._reader = _offset_reader(ivf, self._start, at)
+            self.at = None  # the reader's int64 (list, offset) per document replaces it
 
     def _codes(self, lst: int) -> np.ndarray:
         view = self._views.get(lst)
@@ -190,6 +194,8 @@ class ListRows(_Decoded):
         return codes, lists
 
     def gather(self, pos: np.ndarray) -> np.ndarray:
+        if self._reader is not None:  # FAISS's own loop over (list, offset), in C++
+            return self._reader.reconstruct_batch(np.ascontiguousarray(pos, dtype=np.int64))
         at = self.at[pos]
         d = self._ivf.d
         out = np.empty((at.size, d), dtype=np.float32)
@@ -209,7 +215,25 @@ class ListRows(_Decoded):
 
     @property
     def nbytes(self) -> int:
+        if self._reader is not None:
+            return 8 * int(self._reader.direct_map.array.size()) + self._start.nbytes
         return self.at.nbytes + self._start.nbytes
+
+
+def _offset_reader(ivf: faiss.IndexIVFFlat, start: np.ndarray, at: np.ndarray) -> faiss.IndexIVFFlat:
+    """A private IndexIVFFlat over ``ivf``'s own lists (shared, not copied, not owned) whose
+    array direct map sends a document position to its (list << 32 | offset): FAISS reads the
+    rows by ``reconstruct_batch`` in one C++ loop (~1.4 us a row against ~6 for a Python loop
+    over lists; 8 bytes a document instead of the int32 position)."""
+    lst = np.searchsorted(start, at, side="right") - 1
+    lo = (lst.astype(np.int64) << 32) | (at - start[lst]).astype(np.int64)
+    reader = faiss.IndexIVFFlat(ivf.quantizer, ivf.d, ivf.nlist, ivf.metric_type)
+    reader.replace_invlists(ivf.invlists, False)
+    reader.ntotal, reader.is_trained = ivf.ntotal, True
+    reader.direct_map.type = faiss.DirectMap.Array
+    faiss.copy_array_to_vector(lo, reader.direct_map.array)
+    reader.referenced_objects = [ivf]  # the lists and quantizer live as long as the reader
+    return reader
 
 
 def _small(values: np.ndarray) -> np.ndarray:
