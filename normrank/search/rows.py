@@ -154,7 +154,8 @@ class PositionRows(_Decoded):
 class ListRows(_Decoded):
     """Rows of an IVF read from its inverted lists in place. ``at``: each document's position
     in the concatenation of the lists (list ``l`` starts at the sum of the sizes before it, so
-    a position is ``(list, offset)`` with nlist integers, no per-document hash)."""
+    a position is ``(list, offset)`` with nlist integers, no per-document hash). An exact
+    ``IndexIVFFlat`` instead gets a reader (:func:`_offset_reader`) and ``at`` is None."""
 
     def __init__(self, ivf: faiss.IndexIVF, at: np.ndarray) -> None:
         self._ivf = ivf
