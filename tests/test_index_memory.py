@@ -186,3 +186,56 @@ def test_split_norms_keeps_no_float64_copy_of_the_batch():
     whole = np.sqrt(np.einsum("ij,ij->i", x64, x64))
     assert np.array_equal(norms, whole.astype(np.float32))
     assert np.array_equal(unit, (x64 / whole[:, None]).astype(np.float32))
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW16", "IVF8,Flat"])
+def test_default_ids_are_not_stored(factory):
+    """Ids ``0 .. n - 1`` in order (add's default) cost nothing beside FAISS's own structures:
+    what normrank keeps after ``add`` is the norm, 4 bytes a document (12 with an int64 id
+    array). Custom ids, a removal in the middle, and a save / load keep every answer exact."""
+    rng = np.random.default_rng(8)
+    n = 40_000
+    x = clustered(n, D, rng)
+    idx = NormIndex(D, factory=factory)
+    if not idx.is_trained:
+        idx.train(x[:4000])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for s in range(0, n, 10_000):
+            idx.add(x[s : s + 10_000])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 4 * n + 64 * 1024, held / n
+    assert np.array_equal(idx.ids, np.arange(n))
+    _widest(idx)
+    q = clustered(5, D, rng)
+    _check_exact(idx, q)
+    idx.add(clustered(30, D, rng), ids=np.arange(10**6, 10**6 + 30))  # custom ids: now stored
+    idx.remove(np.arange(100, 200))
+    _widest(idx)
+    _check_exact(idx, q)
+    assert idx.ids[99] == 99 and idx.ids[100] == 200 and idx.ids[-1] == 10**6 + 29
+
+
+@pytest.mark.parametrize("with_norms", [True, False])
+def test_a_wrapped_ivf_keeps_its_documents_by_id(with_norms):
+    """A bare IVF lists its documents out of the order they were added; wrapped, they are kept
+    by id, so ids 0 .. n - 1 need no id array, and every norm stays with its own vector."""
+    rng = np.random.default_rng(9)
+    x = clustered(3000, D, rng)
+    unit, norms = split_norms(x)
+    ivf = faiss.index_factory(D, "IVF8,Flat", faiss.METRIC_INNER_PRODUCT)
+    ivf.train(unit)
+    if with_norms:
+        ivf.add(unit)
+        idx = NormIndex.from_faiss(ivf, norms=dict(enumerate(norms)))
+    else:
+        ivf.add(x)  # raw vectors: rebuilt over units
+        idx = NormIndex.from_faiss(ivf)
+    assert np.array_equal(idx.ids, np.arange(3000))
+    np.testing.assert_allclose(idx.norms, norms, rtol=1e-6)
+    assert idx._docs.doc_ids.identity  # (the 8 bytes a document this test is about)
+    _widest(idx)
+    _check_exact(idx, clustered(5, D, rng))

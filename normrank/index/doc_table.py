@@ -2,7 +2,8 @@
 custom weights, id -> position, tombstones and the next default id. Every check that an id
 exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree.
 
-Per document: the id (int64) and the norm (float32), custom weights (float32) when set, and
+Per document: the norm (float32); the id (int64) unless the ids are ``0 .. n - 1`` in order, the
+default (:class:`~normrank.search.doc_ids.DocIds`); custom weights (float32) when set; and
 id -> position as an :class:`~normrank.search.ann.IdLookup` (nothing for ids ``0 .. n - 1`` in
 order, else 4 to 12 bytes), built at first use and dropped by any change. A position is the
 document's place in storage order: the id map's order (flat, HNSW; FAISS's ``IndexIDMap``
@@ -16,6 +17,7 @@ import numpy as np
 
 from normrank.errors import DuplicateIdError, InvalidInputError, UnknownIdError
 from normrank.search.ann import IdLookup
+from normrank.search.doc_ids import DocIds
 from normrank.validation import MAX_ID
 
 __all__ = ["DocTable"]
@@ -25,16 +27,25 @@ class DocTable:
     """Arrays are replaced on change, never written in place, so a reader holding the old ones
     sees one consistent state."""
 
-    __slots__ = ("_lookup", "ids", "next_id", "norms", "tombstones", "weights")
+    __slots__ = ("_lookup", "doc_ids", "next_id", "norms", "tombstones", "weights")
 
     def __init__(self, ids, norms, weights, tombstones, next_id: int) -> None:
-        self.ids = np.asarray(ids, dtype=np.int64)
+        self.doc_ids = ids if isinstance(ids, DocIds) else DocIds.of(ids)
         self.norms = np.asarray(norms, dtype=np.float32)
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
         self._lookup: IdLookup | None = None
         self.tombstones: set[int] = set(np.asarray(tombstones).tolist())  # removed, kept (HNSW)
-        derived = max([int(self.ids.max()) + 1 if self.ids.size else 0, *(t + 1 for t in self.tombstones)])
-        self.next_id = max(int(next_id), derived)
+        top = self.doc_ids.size if self.doc_ids.identity else int(self.doc_ids.array().max(initial=-1)) + 1
+        self.next_id = max(int(next_id), top, *(t + 1 for t in self.tombstones))
+
+    @property
+    def count(self) -> int:
+        return self.doc_ids.size
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids as an array (built for the default ids: for the rare paths, not searches)."""
+        return self.doc_ids.array()
 
     @property
     def base(self) -> np.ndarray:
@@ -44,7 +55,7 @@ class DocTable:
     def lookup(self) -> IdLookup:
         """id -> position (-1: absent), for these ids."""
         if self._lookup is None:
-            self._lookup = IdLookup(self.ids)
+            self._lookup = IdLookup(self.doc_ids)
         return self._lookup
 
     def has(self, id_: int) -> bool:
@@ -77,7 +88,7 @@ class DocTable:
             raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
 
     def append(self, new_ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None) -> None:
-        self.ids = np.concatenate([self.ids, new_ids])
+        self.doc_ids = self.doc_ids.appended(new_ids)
         self.norms = np.concatenate([self.norms, norms])
         if self.weights is not None:
             self.weights = np.concatenate([self.weights, weights if weights is not None else norms])
@@ -89,7 +100,7 @@ class DocTable:
         if tombstone:
             self.tombstones.update(ids.tolist())
         keep = ~np.isin(self.ids, ids)
-        self.ids, self.norms = self.ids[keep], self.norms[keep]
+        self.doc_ids, self.norms = self.doc_ids.kept(keep), self.norms[keep]
         if self.weights is not None:
             self.weights = self.weights[keep]
         self._lookup = None

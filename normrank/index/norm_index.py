@@ -148,7 +148,7 @@ class NormIndex(SearchKnobs):
 
     @property
     def ntotal(self) -> int:
-        return int(self._docs.ids.shape[0])
+        return self._docs.count
 
     def __len__(self) -> int:
         return self.ntotal
@@ -177,7 +177,7 @@ class NormIndex(SearchKnobs):
     def ids(self) -> np.ndarray:
         """int64 ids in storage order (a copy)."""
         with self._lock:
-            return self._docs.ids.copy()
+            return self._docs.ids.copy()  # (a new array for the default ids)
 
     @property
     def norms(self) -> np.ndarray:
@@ -300,7 +300,7 @@ class NormIndex(SearchKnobs):
             return False
         docs = self._docs
         self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
-        return OneQuery(self._index, self._inner, docs.ids, docs.base, len(docs.tombstones), self._cache)
+        return OneQuery(self._index, self._inner, docs.doc_ids, docs.base, len(docs.tombstones), self._cache)
 
     # -- search -------------------------------------------------------------------------------
 
@@ -362,7 +362,7 @@ class NormIndex(SearchKnobs):
                     self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
                     search_into(
                         scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
-                        doc_ids=docs.ids, base=docs.base, n_removed=len(docs.tombstones),
+                        doc_ids=docs.doc_ids, base=docs.base, n_removed=len(docs.tombstones),
                         cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
                         max_depth=self.max_depth, device=self.device, stats=stats,
                     )  # fmt: skip
@@ -381,7 +381,9 @@ class NormIndex(SearchKnobs):
             docs = self._docs
             try:  # by storage position, through the search's row source (no id -> row hash)
                 if self._cache.rows is None:
-                    self._cache.rows = row_source(self._index, self._inner, docs.ids, len(docs.tombstones))
+                    self._cache.rows = row_source(
+                        self._index, self._inner, docs.doc_ids, len(docs.tombstones)
+                    )
                 unit = self._cache.rows.gather(pos)[0]
             except RuntimeError as e:
                 raise UnsupportedIndexError(f"this FAISS index cannot reconstruct vectors: {e}") from e

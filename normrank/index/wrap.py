@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
 from normrank.index.state import IndexState
+from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import (
     ann_params,
     hashed_if_hidden,
@@ -121,6 +122,7 @@ def state_from_faiss(
     fresh, factory = _unit_twin(inner_index(index), unit)
     target = with_ids(fresh)
     _add_with_progress(target, unit, ids, isinstance(fresh, faiss.IndexHNSW))
+    ids, raw_norms = _by_id_if_ivf(target, ids, raw_norms)
     return IndexState(
         target, ids, raw_norms, next_id=int(ids.max()) + 1 if ids.size else 0,
         alpha=alpha, k_factor=k_factor, factory=factory,
@@ -200,11 +202,22 @@ def _wrap_unit(index: faiss.Index, ids: np.ndarray, norms, alpha: float, k_facto
         wrapped.ntotal = index.ntotal
         wrapped.is_trained = index.is_trained
         faiss.copy_array_to_vector(ids, wrapped.id_map)
+    ids, n = _by_id_if_ivf(wrapped, ids, n)
     _check_unit(wrapped, ids)
     return IndexState(
         wrapped, ids, n.astype(np.float32), next_id=int(ids.max()) + 1 if ids.size else 0,
         alpha=alpha, k_factor=k_factor,
     )  # fmt: skip
+
+
+def _by_id_if_ivf(index: faiss.Index, ids: np.ndarray, norms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An IVF's documents (not beneath an id map or a refine stage) may be kept in any order:
+    its rows are found from the ids in its lists. Sorted by id, ids 0 .. n - 1 (``add``'s) need
+    no id array (8 bytes a document), whatever the list order they were read in."""
+    if is_idmap(index) or isinstance(index, faiss.IndexRefine) or ivf_of(index) is None:
+        return ids, norms
+    by_id = np.argsort(ids, kind="stable")
+    return ids[by_id], norms[by_id]
 
 
 def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> None:
@@ -223,7 +236,7 @@ def _check_unit(wrapped: faiss.Index, ids: np.ndarray, sample: int = 256) -> Non
     if not exact or not ids.size:
         return
     picked = np.linspace(0, ids.size - 1, min(ids.size, sample)).astype(np.int64)
-    rows = row_source(wrapped, inner, ids, 0).gather(picked)
+    rows = row_source(wrapped, inner, DocIds.of(ids), 0).gather(picked)
     lengths = np.linalg.norm(rows.astype(np.float64), axis=1)
     worst = float(np.max(np.abs(lengths - 1.0)))
     if worst > _NORMS_GIVEN_TOLERANCE:

@@ -34,6 +34,7 @@ import weakref
 import faiss
 import numpy as np
 
+from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.plan import SearchPlan, SearchStats
@@ -72,14 +73,16 @@ class IdLookup:
     nothing for ids ``0 .. n - 1`` in order, a dense int32 table for dense ids, else a sorted
     copy of the ids and their positions."""
 
-    def __init__(self, ids: np.ndarray) -> None:
-        ids = np.asarray(ids, dtype=np.int64)
+    def __init__(self, ids: np.ndarray | DocIds) -> None:
+        if not isinstance(ids, DocIds):
+            ids = DocIds.of(ids)
         self.n = n = ids.size
         self._dense = self._sorted = self._order = None
         small = np.int32 if n < 2**31 - 1 else np.int64
-        self.identity = bool(n and ids[0] == 0 and ids[-1] == n - 1 and (np.diff(ids) == 1).all())
+        self.identity = bool(n and ids.identity)
         if self.identity or not n:
             return
+        ids = ids.array()
         hi = int(ids.max()) + 1
         if hi <= 4 * max(n, 1024):
             # Shifted by one and fenced by -1 on both sides: a gather at ``id + 1`` clipped to the

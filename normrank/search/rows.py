@@ -29,6 +29,7 @@ import faiss
 import numpy as np
 
 from normrank.search.ann import IdLookup
+from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import flat_storage, is_idmap, stored_ids
 
 __all__ = [
@@ -118,13 +119,13 @@ class CodeRows(_Decoded):
 class IdRows(_Decoded):
     """Rows reconstructed by FAISS from their ids (``doc_ids[pos]``), a block at a time."""
 
-    def __init__(self, index: faiss.Index, doc_ids: np.ndarray) -> None:
+    def __init__(self, index: faiss.Index, doc_ids: DocIds) -> None:
         self._index, self._ids = index, doc_ids
 
     def gather(self, pos: np.ndarray) -> np.ndarray:
         out = np.empty((pos.size, self._index.d), dtype=np.float32)
         for s in range(0, pos.size, BLOCK_ROWS):
-            ids = np.ascontiguousarray(self._ids[pos[s : s + BLOCK_ROWS]], dtype=np.int64)
+            ids = np.ascontiguousarray(self._ids.at(pos[s : s + BLOCK_ROWS]), dtype=np.int64)
             out[s : s + ids.size] = self._index.reconstruct_batch(ids)
         return out
 
@@ -251,7 +252,7 @@ def _list_positions(ivf: faiss.IndexIVF, storage_ids: np.ndarray) -> np.ndarray:
     return _small(at)
 
 
-def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: np.ndarray, n_removed: int):
+def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: DocIds, n_removed: int):
     """The cheapest row source for a NormIndex's FAISS ``index`` (``inner``: beneath its id map),
     whose live documents are ``doc_ids`` by position (``n_removed`` removed ones still stored).
     A refine stage's rows are its refine index's (``IndexRefineFlat``: the raw unit vectors, read
@@ -260,12 +261,12 @@ def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: np.ndarray, n_re
     idmap = is_idmap(index)
     internal = None
     if idmap and n_removed:  # FAISS positions of the live documents (removed ones stay in storage)
-        internal = _small(np.flatnonzero(np.isin(stored_ids(index), doc_ids)))
+        internal = _small(np.flatnonzero(np.isin(stored_ids(index), doc_ids.array())))
     if isinstance(inner, faiss.IndexRefine):
         storage = faiss.downcast_index(inner.refine_index)
     elif isinstance(inner, faiss.IndexIVF):
         # Beneath an id map the IVF stores each vector's position in the id map as its id.
-        storage_ids = np.arange(doc_ids.size, dtype=np.int64) if idmap else doc_ids
+        storage_ids = DocIds(None, doc_ids.size) if idmap else doc_ids
         return ListRows(inner, _list_positions(inner, storage_ids))
     else:
         storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner

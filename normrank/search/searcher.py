@@ -12,6 +12,7 @@ import numpy as np
 
 from normrank.search import ann as _ann
 from normrank.search.cache import SearchCache
+from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage
 from normrank.search.flat import weighted_flat_search
 from normrank.search.plan import SearchStats, plan_search
@@ -90,7 +91,7 @@ def search_into(
     *,
     index: faiss.Index,
     inner: faiss.Index,
-    doc_ids: np.ndarray,
+    doc_ids: DocIds,
     base: np.ndarray,
     n_removed: int,
     cache: SearchCache,
@@ -131,7 +132,7 @@ def search_into(
             ]
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
-        ids[rows] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
+        ids[rows] = doc_ids.at(pos)
     stats.cache_bytes = cache.nbytes
 
 
@@ -162,9 +163,7 @@ class OneQuery:
 
     __slots__ = ("_base", "_breadth", "_cache", "_dim", "_doc_ids", "_index", "_inner", "_n_removed")
 
-    def __init__(
-        self, index, inner, doc_ids: np.ndarray, base: np.ndarray, n_removed: int, cache: SearchCache
-    ):
+    def __init__(self, index, inner, doc_ids: DocIds, base: np.ndarray, n_removed: int, cache: SearchCache):
         self._index, self._inner, self._doc_ids, self._base = index, inner, doc_ids, base
         self._n_removed, self._cache = n_removed, cache
         self._dim = int(index.d)
@@ -189,7 +188,7 @@ class OneQuery:
                          k, a, factor, ann, n_tail, max_depth, self._breadth())  # fmt: skip
         s, pos = _ann.adaptive_search(self._index, unit_q, k, *args, stats=stats)
         stats.cache_bytes = self._cache.nbytes
-        return s, np.where(pos >= 0, self._doc_ids[np.maximum(pos, 0)], -1)
+        return s, self._doc_ids.at(pos)
 
 
 def _search_flat(flat, weights, unit_q, k, alpha, cache: SearchCache, device: str | None):
