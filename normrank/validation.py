@@ -105,19 +105,21 @@ def storable_norm(norm: float) -> bool:
 
 # Values per float64 block of split_norms (2 MiB).
 _SPLIT_BLOCK = 1 << 18
-# A float32 result at least this large is mapped from the kernel on its own (see _scratch).
+# A float32 result at least this large is mapped from the kernel on its own (see mapped_empty).
 _MAPPED_BYTES = 1 << 22
 
 
-def _scratch(shape: tuple[int, int]) -> np.ndarray:
-    """An empty float32 array; a large one in its own anonymous mapping, returned to the kernel
-    whole when freed. From malloc's heap instead, a batch's unit vectors (passed to FAISS, then
-    freed) left heap pages touched that FAISS's growing arrays then reused: their unused
-    capacity stayed resident (~100 bytes a document on HNSW32, 50k x 384)."""
-    nbytes = shape[0] * shape[1] * 4
-    if nbytes < _MAPPED_BYTES:
-        return np.empty(shape, dtype=np.float32)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.float32).reshape(shape)
+def mapped_empty(shape: tuple[int, int], min_bytes: int = _MAPPED_BYTES, dtype=np.float32) -> np.ndarray:
+    """An empty float32 array; one of ``min_bytes`` or more in its own anonymous mapping: its
+    pages are resident only once written, and return to the kernel whole when it is freed.
+    From malloc's heap instead, a batch's unit vectors (passed to FAISS, then freed) left heap
+    pages touched that FAISS's growing arrays then reused: their unused capacity stayed
+    resident (~100 bytes a document on HNSW32, 50k x 384); and a reserved buffer landing on
+    pages touched before is resident whole, written or not."""
+    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    if nbytes < min_bytes or not nbytes:
+        return np.empty(shape, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
 
 
 def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np.ndarray]:
@@ -132,11 +134,15 @@ def split_norms(x: np.ndarray, *, what: str = "vectors") -> tuple[np.ndarray, np
     """
     n, d = x.shape
     norms = np.empty(n, dtype=np.float64)
-    unit = _scratch((n, d))
+    unit = mapped_empty((n, d))
     step = max(1, _SPLIT_BLOCK // max(d, 1))
+    # One float64 block, mapped apart from the heap and reused: a block allocated and freed per
+    # step from malloc raises its mmap threshold and leaves holes FAISS's growing arrays fill.
+    work = mapped_empty((min(n, step), d), min_bytes=1 << 16, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # bad rows raise below
         for s in range(0, n, step):
-            x64 = x[s : s + step].astype(np.float64)
+            x64 = work[: min(step, n - s)]
+            x64[...] = x[s : s + step]
             block = np.sqrt(np.einsum("ij,ij->i", x64, x64))
             norms[s : s + step] = block
             np.divide(x64, block[:, None], out=x64)

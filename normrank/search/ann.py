@@ -38,6 +38,7 @@ from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.plan import SearchPlan, SearchStats
+from normrank.validation import mapped_empty
 
 __all__ = [
     "IdLookup",
@@ -206,9 +207,9 @@ class WeightOrder:
         grow = min(cap, max(hi, 2 * have, 256))
         if grow > have:
             if self._buffer is None:
-                # Reserved whole but written (so resident) only as far as scans read: growing it
-                # never copies, and leaves no freed blocks behind in the heap.
-                self._buffer = np.empty((cap, probe.shape[1]), dtype=np.float32)
+                # Reserved whole in its own mapping, written (so resident) only as far as scans
+                # read: growing it never copies, and leaves no freed blocks behind in the heap.
+                self._buffer = mapped_empty((cap, probe.shape[1]), min_bytes=1 << 16)
             self._buffer[have:grow] = self._gather(have, grow)
             self._prefix = self._buffer[:grow]
         return self._prefix.shape[0] if self._prefix is not None else 0

@@ -2,7 +2,8 @@
 built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
 stale. Per document it holds one int32 (the weight order), the id -> position table where ids
 are not ``0 .. n - 1`` in order, where the rows are where storage positions are not document
-positions (an IVF: one int32, IVF-Flat one int64 in its row reader's direct map; an HNSW
+positions (an IVF: one int64 in its row reader's direct map, IVF-Flat / SQ / PQ, else one
+int32; an HNSW
 after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
