@@ -10,6 +10,7 @@ __all__ = [
     "CorruptIndexError",
     "DimensionMismatchError",
     "DuplicateIdError",
+    "FilterTypeError",
     "IndexStateError",
     "InvalidInputError",
     "InvalidParameterError",
@@ -57,6 +58,13 @@ class UnknownIdError(NormrankError, KeyError):
 
 class InvalidParameterError(InvalidInputError):
     """A parameter (k, alpha, factory string, ...) is out of range."""
+
+
+class FilterTypeError(InvalidParameterError, TypeError):
+    """A metadata filter orders or compares values of one kind against a field holding another
+    (a number against a string...): Python raises ``TypeError`` there, the peers' SQL a data
+    error or nothing matches; this names the field and both kinds. The LangChain and LlamaIndex
+    stores raise this one class."""
 
 
 class IndexStateError(NormrankError, RuntimeError):

@@ -39,17 +39,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import FilterTypeError, InvalidParameterError
 
 __all__ = ["FilterTypeError", "MetadataFilter", "check_kinds", "metadata_predicate", "sql_filter"]
 
 #: ``dict`` as above, or a callable taking the metadata dict and returning a bool.
 MetadataFilter = Mapping[str, Any] | Callable[[dict[str, Any]], bool]
-
-
-class FilterTypeError(InvalidParameterError, TypeError):
-    """A filter orders values of one kind against a field holding another (a number against a
-    string...): Python and the peers' SQL would raise or match nothing; this names both kinds."""
 
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {

@@ -145,3 +145,12 @@ def test_switch_from_pgvectorstore_as_documented(pg_uri):
     assert all(h.node.metadata["year"] > 2020 and h.score >= 0.1 for h in got)
     space["vector_store"].client.close()
     pg_store._engine.dispose()
+
+
+def test_one_filter_type_error_class_for_both_frameworks():
+    """LangChain's and LlamaIndex's stores raise the same class, so one ``except`` serves both."""
+    import normrank.errors
+    from langchain_normrank.filters import FilterTypeError as LangChainFilterTypeError
+
+    assert FilterTypeError is LangChainFilterTypeError is normrank.errors.FilterTypeError
+    assert issubclass(FilterTypeError, TypeError) and issubclass(FilterTypeError, ValueError)

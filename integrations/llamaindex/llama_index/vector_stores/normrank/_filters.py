@@ -22,15 +22,9 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import FilterTypeError, InvalidParameterError
 
 __all__ = ["FilterTypeError", "check_kinds", "matches"]
-
-
-class FilterTypeError(InvalidParameterError, TypeError):
-    """A filter compares values of one kind with a field holding another (a number with a
-    string...): SimpleVectorStore raises ``TypeError``, PGVectorStore ``DataError``; this names the
-    field and both kinds."""
 
 
 def _kind(v: Any) -> str:
