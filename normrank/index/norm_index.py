@@ -347,6 +347,8 @@ class NormIndex(SearchKnobs):
                 got = one and one(
                     q, k, alpha, self._alpha, self._k_factor, self._ann, self._n_tail, self._max_depth, stats
                 )
+                if got and return_stats:  # (counting the cache costs ~10 us: only when asked)
+                    stats.cache_bytes = self._cache.nbytes
             if got:
                 return (*got, stats) if return_stats else got
         unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
@@ -366,6 +368,8 @@ class NormIndex(SearchKnobs):
                         cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
                         max_depth=self.max_depth, device=self.device, stats=stats,
                     )  # fmt: skip
+                if return_stats:
+                    stats.cache_bytes = self._cache.nbytes
             finally:
                 if old:
                     set_breadth(self._inner, old)

@@ -20,6 +20,9 @@ Glossary (one name per concept, as the code uses them):
 * **scan**: reading documents in weight order, rows from FAISS's own storage
   (:mod:`normrank.search.rows`), until the **bound** (trusted cosine times the next weight)
   cannot beat the k-th score.
+* **position**: a document's place in storage order; its id there is
+  :class:`normrank.search.doc_ids.DocIds` (nothing stored for ids ``0 .. n - 1``), an id's
+  position :class:`normrank.search.ann.IdLookup`.
 * **tombstones**: ids removed from an HNSW (which cannot delete); their vectors stay in FAISS,
   searches skip them.
 * **stats**: what a search did (:class:`normrank.search.plan.SearchStats`,

@@ -106,7 +106,8 @@ def search_into(
 
     ``index`` holds the unit vectors (``inner``: the index beneath its id map), ``doc_ids`` and
     ``base`` (weights) are by storage position, ``n_removed`` counts tombstoned vectors still in
-    ``index``; the options are those of ``NormIndex``; ``stats`` is filled when given."""
+    ``index``; the options are those of ``NormIndex``; ``stats`` is filled when given (its
+    ``cache_bytes`` by the caller, who owns the cache)."""
     stats = stats if stats is not None else SearchStats()
     nq = unit_q.shape[0]
     # The work is bounded by what exists: a huge k on a few documents costs what k = ntotal does,
@@ -133,7 +134,6 @@ def search_into(
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
         ids[rows] = doc_ids.at(pos)
-    stats.cache_bytes = cache.nbytes
 
 
 def _ann_args(index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann,
@@ -182,12 +182,10 @@ class OneQuery:
             cos, cand = _ann._search(self._index, unit_q, k, self._breadth().get("efSearch"))
             if cand[0, -1] >= 0:
                 stats.path, stats.depth, stats.rounds = "cosine", k, 1
-                stats.cache_bytes = self._cache.nbytes
                 return cos, cand
         args = _ann_args(self._index, self._inner, self._doc_ids, self._base, self._n_removed, self._cache,
                          k, a, factor, ann, n_tail, max_depth, self._breadth())  # fmt: skip
         s, pos = _ann.adaptive_search(self._index, unit_q, k, *args, stats=stats)
-        stats.cache_bytes = self._cache.nbytes
         return s, self._doc_ids.at(pos)
 
 
