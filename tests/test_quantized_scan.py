@@ -61,13 +61,14 @@ def test_exact_against_the_codes_reconstructions(factory, alpha):
         assert_same_topk(ref, idx.ids, *(np.vstack(v) for v in zip(*singles, strict=True)), 10, tol=2e-5)
         assert stats.path == "scan" and stats.depth <= max(10, stats.depth)
     # The search cache holds an int32 order, a 1/64 weight sample, the weights in use, of the
-    # rows only the scan's prefix, within its fixed budget, and for an IVF each document's int32
-    # position in its lists (no direct map: FAISS's index holds nothing for normrank).
+    # rows only the scan's prefix, within its fixed budget, and for an IVF each document's
+    # (list, offset) in its row reader's array direct map (IVF-Flat, SQ, PQ: an int64; the
+    # index's own direct map stays off: FAISS's index holds nothing for normrank).
     n = idx.ntotal
     prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
     assert prefix <= SCAN_PREFIX_BYTES
     rows = idx._cache.rows.nbytes
-    per_doc = 8 if factory.endswith(",Flat") else 4  # IVF-Flat: FAISS's (list, offset) array
+    per_doc = 8  # IVF-Flat / SQ / PQ readers: FAISS's (list, offset) array
     assert rows == (
         per_doc * n + 8 * (faiss.extract_index_ivf(idx.faiss_index).nlist + 1) if "IVF" in factory else 0
     )

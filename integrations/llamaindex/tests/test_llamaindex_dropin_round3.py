@@ -149,8 +149,9 @@ def test_switch_from_pgvectorstore_as_documented(pg_uri):
 
 def test_one_filter_type_error_class_for_both_frameworks():
     """LangChain's and LlamaIndex's stores raise the same class, so one ``except`` serves both."""
-    import normrank.errors
     from langchain_normrank.filters import FilterTypeError as LangChainFilterTypeError
+
+    import normrank.errors
 
     assert FilterTypeError is LangChainFilterTypeError is normrank.errors.FilterTypeError
     assert issubclass(FilterTypeError, TypeError) and issubclass(FilterTypeError, ValueError)
