@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "SCAN_CODES_BYTES",
     "SCAN_PREFIX_BYTES",
     "SEARCH_CACHE_BYTES",
     "SWEEP_BLOCK_FLOATS",
@@ -49,6 +50,12 @@ SEARCH_CACHE_BYTES = 64 << 20
 # alpha != 0). Read at each index state's first scan, so it can be set at run time
 # (``normrank.settings.SCAN_PREFIX_BYTES = 0`` turns it off: rows read in place only).
 SCAN_PREFIX_BYTES = 16 << 20
+# A single query's scan reads its first rows as int8 codes (normrank.search.scan_codes: a quarter
+# of the bytes, the same results): up to this many bytes of codes in all (half per sign), d bytes
+# a row: 384-d, ~43.5k rows a sign (100k MiniLM-like vectors, IVF1264 nprobe 316, alpha = 1: a
+# tenth of the queries scan 35k-43k rows; past 16 MiB they read rows at ~0.5 us each, 15 ms a
+# query). Written only as far as scans read; read at each index state's first scan (0: none).
+SCAN_CODES_BYTES = 32 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

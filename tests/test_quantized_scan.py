@@ -11,7 +11,9 @@ import pytest
 from conftest import assert_same_topk, clustered
 
 from normrank import NormIndex
-from normrank.settings import SCAN_PREFIX_BYTES
+from normrank.search import ann
+from normrank.search.scan_codes import CHUNK
+from normrank.settings import SCAN_CODES_BYTES, SCAN_PREFIX_BYTES
 
 D = 32
 KINDS = ["IVF8,PQ8", "IVF8,SQ8", "HNSW32,SQ8", "HNSW32", "IVF8,Flat"]
@@ -47,8 +49,10 @@ def _reference(idx: NormIndex, q: np.ndarray, alpha: float) -> np.ndarray:
 
 @pytest.mark.parametrize("factory", KINDS)
 @pytest.mark.parametrize("alpha", [-1.5, 0.5, 2.0])
-def test_exact_against_the_codes_reconstructions(factory, alpha):
-    """max_depth = k: a shallow cosine cut, so that most of the top-k comes from the scan."""
+def test_exact_against_the_codes_reconstructions(monkeypatch, factory, alpha):
+    """max_depth = k: a shallow cosine cut, so that most of the top-k comes from the scan;
+    single queries through the scan's int8 codes from the first row of a block."""
+    monkeypatch.setattr(ann, "MIN_ROWS", 0)
     rng = np.random.default_rng(1)
     x = clustered(1500, D, rng).astype(np.float32)
     q = clustered(12, D, rng).astype(np.float32)
@@ -67,6 +71,10 @@ def test_exact_against_the_codes_reconstructions(factory, alpha):
     n = idx.ntotal
     prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
     assert prefix <= SCAN_PREFIX_BYTES
+    # the single queries' int8 codes of the scan's first rows: within their own fixed budget
+    codes = sum(o._codes.nbytes for o in idx._cache.orders.values() if o._codes is not None)
+    assert 0 < codes <= SCAN_CODES_BYTES + 24 * (SCAN_CODES_BYTES // D // CHUNK + 2)
+    prefix += codes
     rows = idx._cache.rows.nbytes
     per_doc = 8  # IVF-Flat / SQ / PQ readers: FAISS's (list, offset) array
     assert rows == (

@@ -20,6 +20,9 @@ Glossary (one name per concept, as the code uses them):
 * **scan**: reading documents in weight order, rows from FAISS's own storage
   (:mod:`normrank.search.rows`), until the **bound** (trusted cosine times the next weight)
   cannot beat the k-th score.
+* **codes**: int8 codes of the first rows in a weight order (:mod:`normrank.search.scan_codes`,
+  a bounded cache): a single query's scan reads them, and the rows only of the few documents
+  whose codes, with their error bound, could beat the k-th score (the same results).
 * **position**: a document's place in storage order; its id there is
   :class:`normrank.search.doc_ids.DocIds` (nothing stored for ids ``0 .. n - 1``), an id's
   position :class:`normrank.search.ann.IdLookup`.

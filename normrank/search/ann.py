@@ -17,6 +17,9 @@ with the bands scanned exactly and their size chosen per query). The depths are 
   trusted rank) and weight ``<= w_(t)``, so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
   when ``c_T < 0``). Once the k-th score reaches that bound the query stops; at worst every
   document is scanned (exact).
+* A single query reads the first rows of the scan as int8 codes
+  (:mod:`normrank.search.scan_codes`): a quarter of the bytes, and the rows of only the few
+  documents whose codes, with their error bound, could beat the k-th score; the same results.
 * How far to scan is read off the bound (:meth:`WeightOrder.need`, a binary search). A single
   query scans the first chunk (``band``), then jumps to what its new k-th score needs. A batch
   grows its chunks by doubling, and within a chunk each query stops at the segment its bound
@@ -38,6 +41,7 @@ from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.plan import SearchPlan, SearchStats
+from normrank.search.scan_codes import CHUNK, MIN_ROWS, QueryCodes, ScanCodes
 from normrank.validation import mapped_empty
 
 __all__ = [
@@ -67,6 +71,7 @@ _STRIDE = 64
 # weighting (<= 32 KB): the rows every scan reads first get their weights by a slice, not a
 # gather (~3-9 us per 2.4k rows).
 _HEAD = 8192
+_NO_RANKS = np.empty(0, dtype=np.int64)
 
 
 class IdLookup:
@@ -137,11 +142,16 @@ class WeightOrder:
     """The documents in decreasing order of one weighting's sign (``order``: positions), with
     their rows read through ``rows`` (:mod:`normrank.search.rows`, or anything with
     ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
-    by both signs: ``sign > 0`` reads it backwards, a view)."""
+    by both signs: ``sign > 0`` reads it backwards, a view). ``codes_bytes``: the budget of the
+    first rows' int8 codes single queries scan (:mod:`normrank.search.scan_codes`; 0: none)."""
 
-    def __init__(self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0) -> None:
+    def __init__(
+        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, codes_bytes: int = 0
+    ) -> None:
         self.order = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
+        self._codes_bytes = int(codes_bytes)
+        self._codes: ScanCodes | None = None
         self._coarse: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
         # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
         # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
@@ -265,6 +275,81 @@ class WeightOrder:
                 )
         return out
 
+    def query_codes(self, q: np.ndarray) -> QueryCodes | None:
+        """What :meth:`above` needs of a query to use the codes (None: this order has none)."""
+        return QueryCodes(q) if self._codes_bytes and self.order.size else None
+
+    def above(
+        self, q: np.ndarray, query: QueryCodes | None, lo: int, hi: int, weights: np.ndarray, kth: float
+    ):
+        """``(ranks, scores)`` of the documents at weight ranks ``lo .. hi - 1`` whose score
+        ``(q . x) * w`` beats ``kth``, ranks ascending: read through the int8 codes where they
+        exist and ``kth`` > 0 (only the contenders' rows are read), else from the rows. The same
+        ranks and the same float32 scores either way."""
+        ranks, scores = [], []
+        start = lo
+        if query is not None and 0 < kth < np.inf:
+            if self._codes is None:
+                self._codes = ScanCodes(q.size, self.order.size, self._codes_bytes)
+            top = min(hi, self._codes.grow(hi, self._rows_for_codes))
+            a = lo
+            found: list[np.ndarray] = []  # contenders not yet scored, in rank order
+            while a < top:  # one piece per chunk of codes (its own scale)
+                b = min(top, (a // CHUNK + 1) * CHUNK)
+                w_a = float(weights[self.order[a]])  # the piece's largest weight
+                # (weights 0 from here on: nothing scores above kth > 0)
+                got = self._codes.contenders(query, a, b, kth / w_a) if w_a > 0 else _NO_RANKS
+                if got is None:  # too many contenders: read the piece's rows (in rank order)
+                    if found:
+                        self._add(ranks, scores, *self._exact_at(q, np.concatenate(found), weights, kth))
+                        found = []
+                    self._add(ranks, scores, *self._exact(q, a, b, weights, kth))
+                elif got.size:
+                    found.append(got)
+                a = b
+            if found:
+                self._add(ranks, scores, *self._exact_at(q, np.concatenate(found), weights, kth))
+            start = max(lo, top)
+        if start < hi:
+            r, sc = self._exact(q, start, hi, weights, kth)
+            ranks.append(r)
+            scores.append(sc)
+        if not ranks:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if len(ranks) == 1:
+            return ranks[0], scores[0]
+        return np.concatenate(ranks), np.concatenate(scores)
+
+    @staticmethod
+    def _add(ranks: list, scores: list, r: np.ndarray, sc: np.ndarray) -> None:
+        if r.size:
+            ranks.append(r)
+            scores.append(sc)
+
+    def _exact(self, q, lo, hi, weights, kth):
+        chunk = self.inner(q, lo, hi)
+        chunk *= self.weights_at(weights, lo, hi)
+        keep = np.flatnonzero(chunk > kth)
+        return lo + keep, chunk[keep]
+
+    def _exact_at(self, q, ranks, weights, kth):
+        if not ranks.size:
+            return ranks, np.empty(0, dtype=np.float32)
+        have = 0 if self._prefix is None else self._prefix.shape[0]
+        rows = self._prefix[ranks] if ranks[-1] < have else self.rows.gather(self.order[ranks])
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        out = np.empty(ranks.size, dtype=np.float32)
+        faiss.fvec_inner_products_ny(
+            faiss.swig_ptr(out), faiss.swig_ptr(q), faiss.swig_ptr(rows), q.size, ranks.size
+        )
+        out *= weights.take(self.order[ranks])
+        keep = out > kth
+        return ranks[keep], out[keep]
+
+    def _rows_for_codes(self, lo: int, hi: int) -> np.ndarray:
+        have = 0 if self._prefix is None else self._prefix.shape[0]
+        return self._prefix[lo:hi] if hi <= have else self._gather(lo, hi)
+
     def vectors(self, stop: int) -> np.ndarray:
         """Rows of the first ``stop`` documents in this order (float32 ``(stop, d)``)."""
         return self.block(0, stop)
@@ -278,7 +363,8 @@ class WeightOrder:
     @property
     def nbytes(self) -> int:
         prefix = 0 if self._prefix is None else self._prefix.nbytes
-        return sum(s.nbytes + h.nbytes for _, s, h in self._coarse.values()) + prefix
+        codes = 0 if self._codes is None else self._codes.nbytes
+        return sum(s.nbytes + h.nbytes for _, s, h in self._coarse.values()) + prefix + codes
 
 
 def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -418,11 +504,21 @@ def _rerank_one(cos, cand, q, k, weights, lookup, plan, order, stats):
 
 
 def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
-    """One query's weight-order scan (the latency case): blocks of rows scored by FAISS's inner
-    products straight from storage, merged into ``s`` / ``p`` (best first)."""
+    """One query's weight-order scan (the latency case): blocks of documents whose scores beat
+    the k-th (:meth:`WeightOrder.above`: through the codes, or FAISS's inner products straight
+    from the rows), merged into ``s`` / ``p`` (best first)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
-    k = s.size
     seen = np.sort(seen)  # re-scored candidates: met again in the scan, they count once
+    codes = [None]  # the query's codes, made at its first block (many scans read none)
+    try:
+        return _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes)
+    finally:
+        if codes[0] is not None:
+            codes[0].close()
+
+
+def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
+    k = s.size
     n = order.order.size
     scanned = 0
     while True:
@@ -434,16 +530,17 @@ def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
         lo = scanned
         while lo < stop:
             hi = min(stop, lo + _ONE_BLOCK)
-            at = order.order[lo:hi]
-            chunk = order.inner(q, lo, hi)
-            chunk *= order.weights_at(weights, lo, hi)
-            keep = np.flatnonzero(chunk > kth)
-            if keep.size and seen.size:
-                hit = np.minimum(seen.searchsorted(at[keep]), seen.size - 1)
-                keep = keep[seen[hit] != at[keep]]
-            if keep.size:
-                merged_s = np.concatenate([s, chunk[keep]])
-                merged_p = np.concatenate([p, at[keep].astype(np.int64)])
+            if codes[0] is None and hi - lo >= MIN_ROWS:
+                codes[0] = order.query_codes(q)
+            ranks, beat = order.above(q, codes[0] if hi - lo >= MIN_ROWS else None, lo, hi, weights, kth)
+            at = order.order[ranks]
+            if at.size and seen.size:
+                hit = np.minimum(seen.searchsorted(at), seen.size - 1)
+                fresh = seen[hit] != at
+                at, beat = at[fresh], beat[fresh]
+            if at.size:
+                merged_s = np.concatenate([s, beat])
+                merged_p = np.concatenate([p, at.astype(np.int64)])
                 top = np.argsort(-merged_s, kind="stable")[:k]
                 s, p = merged_s[top], merged_p[top]
                 kth = float(s[-1])

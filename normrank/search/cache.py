@@ -7,7 +7,8 @@ int32; an HNSW
 after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
-of the index. ``nbytes`` counts all of it."""
+of the index, and their int8 codes for single queries, within
+:data:`~normrank.settings.SCAN_CODES_BYTES`. ``nbytes`` counts all of it."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ class SearchCache:
             ``WEIGHT_CACHE_ENTRIES`` used, within ``SEARCH_CACHE_BYTES``.
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.ann.WeightOrder` per sign of alpha (views of
-            ``ascending`` and the row source, a 1/64 weight sample, and a contiguous copy of
-            the first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each).
+            ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
+            first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each, and their int8 codes,
+            at most ``SCAN_CODES_BYTES / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan (and ``reconstruct``) reads document rows
             (:mod:`normrank.search.rows`), set at the state's first ANN search or reconstruct.
@@ -87,7 +89,13 @@ class SearchCache:
             if isinstance(rows, PrefixCopy):  # rows fetched by a round trip: the source keeps its own copy
                 order = WeightOrder(self.ascending, sign, rows)
             else:  # half the scan budget per sign
-                order = WeightOrder(self.ascending, sign, rows, settings.SCAN_PREFIX_BYTES // 2)
+                order = WeightOrder(
+                    self.ascending,
+                    sign,
+                    rows,
+                    settings.SCAN_PREFIX_BYTES // 2,
+                    settings.SCAN_CODES_BYTES // 2,
+                )
             self.orders[sign] = order
         return order
 
