@@ -311,11 +311,9 @@ class WeightOrder:
                 self._add(ranks, scores, *self._exact_at(q, np.concatenate(found), weights, kth))
             start = max(lo, top)
         if start < hi:
-            r, sc = self._exact(q, start, hi, weights, kth)
-            ranks.append(r)
-            scores.append(sc)
+            self._add(ranks, scores, *self._exact(q, start, hi, weights, kth))
         if not ranks:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+            return _NO_RANKS, np.empty(0, dtype=np.float32)
         if len(ranks) == 1:
             return ranks[0], scores[0]
         return np.concatenate(ranks), np.concatenate(scores)
