@@ -9,6 +9,9 @@ other. In each process:
    loaded code and pools: numba's LLVM runtime was ~125 MiB of it), RSS ``r1``;
 3. ``n`` documents are added to a fresh index of the kind and searched the same way; the index
    kept, the data dropped: RSS ``r2``. **Bytes per document** = ``(r2 - r1) / n``.
+4. The same is measured once half of them are in (``r_half`` at ``n_half``, the first 20k block
+   past n / 2): ``(r2 - r_half) / (n - n_half)`` is the **slope**, what each further document
+   costs, free of anything paid once for a large index that the small one did not pay.
 
 RSS is read after ``gc.collect()`` and glibc's ``malloc_trim(0)`` (freed heap given back).
 Vectors: ``n x d`` clustered float32 with log-normal norms (``bench_data``-like statistics, made
@@ -21,7 +24,8 @@ The table gives, per kind, FAISS alone, the NormIndex in all, the bounded search
 (``search(..., return_stats=True).cache_bytes`` less the cache's parts that grow with n: what
 remains is weights per alpha and the scan's prefix copy, a fixed budget, so fewer bytes a
 document as n grows) and the **excess**: NormIndex minus FAISS minus the bounded caches, what
-normrank keeps per document beyond FAISS's own structures.
+normrank keeps per document beyond FAISS's own structures; the same from the slopes (second
+half) counts what grows with n only.
 
 glibc's defaults make RSS depend on the order of allocations: its mmap threshold rises with
 each large block freed, after which FAISS's growing arrays (doubling ``std::vector``s: IVF
@@ -85,7 +89,9 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
     r0 = _rss()
     queries = next(_vectors(np, 20, d, seed=7))
 
-    def build(count: int):
+    def build(count: int, halfway=None):
+        """A trained index of the kind holding ``count`` documents; ``halfway(index)`` is
+        called once half of them are in (whole blocks of 20k: the first block past half)."""
         if side == "faiss":
             index = faiss.index_factory(d, kind, faiss.METRIC_INNER_PRODUCT)
         else:
@@ -97,16 +103,19 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
                 train /= np.linalg.norm(train, axis=1, keepdims=True)
             index.train(train)
             del train
-        for x in _vectors(np, count, d, seed=2):
-            if side == "faiss":
-                x /= np.linalg.norm(x, axis=1, keepdims=True)
-            index.add(x)
         ivf = _ivf(faiss, inner)
         if ivf is not None:
             ivf.nprobe = 32
         hnsw = _hnsw(faiss, inner)
         if hnsw is not None:
             hnsw.hnsw.efSearch = 64
+        for x in _vectors(np, count, d, seed=2):
+            if side == "faiss":
+                x /= np.linalg.norm(x, axis=1, keepdims=True)
+            index.add(x)
+            if halfway is not None and 2 * index.ntotal >= count:
+                halfway(index)
+                halfway = None
         return index
 
     def search(index) -> tuple[int, int]:
@@ -139,14 +148,25 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
         search(small)
     del small
     r1 = _rss()
+    half = {}
+
+    def halfway(index) -> None:
+        """The same measure at the first block past n / 2: what the second half adds is the
+        slope, free of every cost paid once (fixed costs a first large index pays, not the
+        small one: the 1/n part of ``bytes_per_doc``)."""
+        half["cache"], half["per_doc"] = search(index)
+        half["n"], half["rss"] = int(index.ntotal), _rss()
+
     t = time.perf_counter()
-    index = build(n)
+    index = build(n, halfway)
     built = time.perf_counter() - t
     cache, per_doc = search(index)
     r2 = _rss()
     return {"kind": kind, "side": side, "n": n, "d": d, "fixed_mib": (r1 - r0) / 2**20,
             "bytes_per_doc": (r2 - r1) / n, "build_s": round(built, 1), "search_cache_bytes": cache,
-            "search_cache_per_doc_bytes": per_doc}  # fmt: skip
+            "search_cache_per_doc_bytes": per_doc, "half_n": half["n"],
+            "half_search_cache_bytes": half["cache"], "half_search_cache_per_doc_bytes": half["per_doc"],
+            "bytes_per_doc_second_half": (r2 - half["rss"]) / (n - half["n"])}  # fmt: skip
 
 
 def _ivf(faiss, index):
@@ -203,16 +223,24 @@ def main() -> None:
         rows.append(got)
     print(
         "\n| index (n) | FAISS B/doc | NormIndex B/doc | bounded caches MiB (B/doc) | "
-        "excess B/doc | fixed MiB FAISS / NormIndex |"
+        "excess B/doc | excess B/doc, second half | fixed MiB FAISS / NormIndex |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for got in rows:
         f, m = got["faiss"], got["normrank"]
         bounded = m["search_cache_bytes"] - m["search_cache_per_doc_bytes"]
+        bounded_half = m["half_search_cache_bytes"] - m["half_search_cache_per_doc_bytes"]
         m["bounded_cache_bytes"] = bounded
         m["excess_bytes_per_doc"] = m["bytes_per_doc"] - f["bytes_per_doc"] - bounded / m["n"]
+        # The slope: the second half's bytes a document on each side, less what the bounded
+        # caches grew by over it (both sides added the same blocks, so FAISS's arrays grew alike).
+        m["excess_bytes_per_doc_second_half"] = (
+            m["bytes_per_doc_second_half"] - f["bytes_per_doc_second_half"]
+            - (bounded - bounded_half) / (m["n"] - m["half_n"])
+        )  # fmt: skip
         print(f"| {f['kind']} ({f['n']:,}) | {f['bytes_per_doc']:,.0f} | {m['bytes_per_doc']:,.0f} | "
               f"{bounded / 2**20:.1f} ({bounded / m['n']:,.0f}) | {m['excess_bytes_per_doc']:+,.0f} | "
+              f"{m['excess_bytes_per_doc_second_half']:+,.0f} | "
               f"{f['fixed_mib']:.0f} / {m['fixed_mib']:.0f} |")  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:

@@ -290,3 +290,45 @@ def test_single_query_scan_stops_where_its_raised_bound_holds():
         s, ids, stats = idx.search(qq, K, alpha=1.0, return_stats=True)
         assert_same_topk(ref[j : j + 1], idx.ids, s.reshape(1, -1), ids.reshape(1, -1), K)
         assert stats.path == "scan" and stats.scanned <= 16 + 2 * ann_module._ONE_BLOCK
+
+
+def test_batch_heaps_keep_the_k_best_of_everything_offered_once_each():
+    """The batch scan's heaps (offered only the scores above their k-th) against numpy: each
+    query's top-k over its candidates and every document of the blocks it was in, a candidate
+    met again counted once, blocks over a subset of the queries, NaN never kept."""
+    from normrank.search.batch_heaps import BatchHeaps
+
+    rng = np.random.default_rng(5)
+    n = 60
+    for trial in range(60):
+        nq, k, depth = int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        cand = np.stack([rng.permutation(n)[:depth] for _ in range(nq)])
+        cand[rng.random(cand.shape) < 0.1] = -1  # pads
+        w = rng.lognormal(0, 0.5, n).astype(np.float32)
+        cos = rng.uniform(-1, 1, (nq, n)).astype(np.float32)
+        exact = cos * w  # float32, as the heaps compute it
+        nan_doc = int(rng.integers(n)) if trial % 3 == 0 else -1
+        offered = [{int(p) for p in cand[i] if p >= 0} for i in range(nq)]
+        cand_s = np.where(cand >= 0, np.take_along_axis(exact, np.maximum(cand, 0), 1), -np.inf)
+        top = np.argsort(-cand_s, axis=1)[:, :k]
+        top_s = np.full((nq, k), -np.inf, dtype=np.float32)
+        top_p = np.full((nq, k), -1, dtype=np.int64)
+        top_s[:, : top.shape[1]] = np.take_along_axis(cand_s, top, 1)
+        top_p[:, : top.shape[1]] = np.where(
+            np.isfinite(top_s[:, : top.shape[1]]), np.take_along_axis(cand, top, 1), -1
+        )
+        heaps = BatchHeaps(top_s, top_p, cand)
+        for lo in range(0, n, 16):  # every candidate is met again in its block
+            rows = np.sort(rng.choice(nq, int(rng.integers(1, nq + 1)), replace=False))
+            docs = np.arange(lo, min(n, lo + 16))
+            block = cos[rows][:, docs]
+            block[:, docs == nan_doc] = np.nan
+            heaps.add(rows, block, w[docs], docs)
+            for i in rows:
+                offered[i].update(int(j) for j in docs if j != nan_doc)
+        got_s, got_p = heaps.result()
+        for i in range(nq):
+            want = sorted(offered[i], key=lambda j: -exact[i, j])[:k]
+            assert got_p[i][: len(want)].tolist() == want
+            np.testing.assert_array_equal(got_s[i][: len(want)], exact[i, want])
+            assert (got_p[i][len(want) :] == -1).all() and np.isneginf(got_s[i][len(want) :]).all()

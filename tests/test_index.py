@@ -586,6 +586,14 @@ def test_a_user_ivf_whose_quantizer_is_l2_is_refused_at_construction():
         NormIndex(ivf)
 
 
+@pytest.mark.parametrize("factory", ["HNSW32,PQ8", "HNSW16_PQ8x4"])
+def test_an_hnsw_pq_factory_is_refused_with_what_to_use_instead(factory):
+    """FAISS's factory builds HNSW-PQ over L2 whatever metric it is asked for; before, the
+    refusal named an id map's metric, which said nothing of why or what to use."""
+    with pytest.raises(UnsupportedIndexError, match="HNSW32,SQ8"):
+        NormIndex(32, factory=factory)
+
+
 def test_state_round_trip():
     ix = NormIndex(4, alpha=0.5, factory="HNSW8")
     ix.add(np.random.default_rng(0).normal(size=(20, 4)))

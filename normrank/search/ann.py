@@ -37,6 +37,7 @@ import weakref
 import faiss
 import numpy as np
 
+from normrank.search.batch_heaps import BatchHeaps
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
@@ -555,7 +556,7 @@ def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, ba
     """A batch's weight-order scan: chunks doubling, one BLAS product per segment."""
     k = top_s.shape[1]
     n = order.order.size
-    heaps = _BatchHeaps(top_s, top_p, pos)
+    heaps = BatchHeaps(top_s, top_p, pos)
     active = np.arange(unit_q.shape[0])
     scanned = 0
     while True:
@@ -589,52 +590,3 @@ def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, ba
         active = active[ends == stop]
         scanned = stop
         stats.scanned = max(stats.scanned, scanned)
-
-
-class _BatchHeaps:
-    """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks;
-    ``cand``: each query's re-scored candidates (positions), skipped when met again."""
-
-    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand: np.ndarray) -> None:
-        nq, k = top_s.shape
-        self.vals = np.empty((nq, k), dtype=np.float32)
-        self.ids = np.empty((nq, k), dtype=np.int64)
-        heap = self._heap(self.vals, self.ids)
-        heap.heapify()
-        top_s = np.ascontiguousarray(top_s, dtype=np.float32)
-        heap.addn_with_ids(k, faiss.swig_ptr(top_s), faiss.swig_ptr(np.ascontiguousarray(top_p)), k, 0, nq)
-        self.cand = cand
-
-    @staticmethod
-    def _heap(vals: np.ndarray, ids: np.ndarray) -> faiss.float_minheap_array_t:
-        heap = faiss.float_minheap_array_t()  # a min-heap keeps the k largest
-        heap.nh, heap.k = vals.shape
-        heap.val, heap.ids = faiss.swig_ptr(vals), faiss.swig_ptr(ids)
-        return heap
-
-    def kth(self, rows: np.ndarray) -> np.ndarray:
-        """The k-th best score so far of each query in ``rows`` (``-inf`` while a heap has room)."""
-        top = self.vals[rows, 0]
-        return np.where(self.ids[rows, 0] < 0, -np.inf, top)
-
-    def add(self, rows: np.ndarray, cos: np.ndarray, w: np.ndarray, doc_pos: np.ndarray) -> None:
-        """Add scanned documents (cosines ``cos``, one row per query of ``rows``; weights ``w``,
-        positions ``doc_pos``), except each query's own candidates (already in its heap)."""
-        block = np.multiply(cos, w, dtype=np.float32)
-        # Only scores that would enter a heap can be a repeat that matters: test those.
-        r, c = np.nonzero(block > self.kth(rows)[:, None])
-        if r.size:
-            dup = (self.cand[rows[r]] == doc_pos[c][:, None]).any(axis=1)
-            block[r[dup], c[dup]] = -np.inf
-        vals, ids = self.vals[rows], self.ids[rows]  # a contiguous copy of these heaps
-        doc_pos = np.ascontiguousarray(doc_pos, dtype=np.int64)
-        self._heap(vals, ids).addn_with_ids(
-            block.shape[1], faiss.swig_ptr(block), faiss.swig_ptr(doc_pos), 0, 0, rows.size
-        )
-        self.vals[rows], self.ids[rows] = vals, ids
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, positions)`` best first; slots never filled are ``-inf`` / ``-1``."""
-        self._heap(self.vals, self.ids).reorder()
-        self.vals[self.ids < 0] = -np.inf
-        return self.vals, self.ids
