@@ -9,9 +9,11 @@ other. In each process:
    loaded code and pools: numba's LLVM runtime was ~125 MiB of it), RSS ``r1``;
 3. ``n`` documents are added to a fresh index of the kind and searched the same way; the index
    kept, the data dropped: RSS ``r2``. **Bytes per document** = ``(r2 - r1) / n``.
-4. The same is measured once half of them are in (``r_half`` at ``n_half``, the first 20k block
-   past n / 2): ``(r2 - r_half) / (n - n_half)`` is the **slope**, what each further document
-   costs, free of anything paid once for a large index that the small one did not pay.
+4. The same is measured once half of them are in (``r_half`` at ``n_half = n // 2``):
+   ``(r2 - r_half) / (n - n_half)`` is the **slope**, what each further document costs, free
+   of anything paid once for a large index that the small one did not pay. (FAISS's growing
+   arrays double, so either side's slope alone depends on where n falls between doublings;
+   both sides add the same blocks, so their difference does not.)
 
 RSS is read after ``gc.collect()`` and glibc's ``malloc_trim(0)`` (freed heap given back).
 Vectors: ``n x d`` clustered float32 with log-normal norms (``bench_data``-like statistics, made
@@ -91,7 +93,7 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
 
     def build(count: int, halfway=None):
         """A trained index of the kind holding ``count`` documents; ``halfway(index)`` is
-        called once half of them are in (whole blocks of 20k: the first block past half)."""
+        called once half of them are in."""
         if side == "faiss":
             index = faiss.index_factory(d, kind, faiss.METRIC_INNER_PRODUCT)
         else:
@@ -109,13 +111,17 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
         hnsw = _hnsw(faiss, inner)
         if hnsw is not None:
             hnsw.hnsw.efSearch = 64
-        for x in _vectors(np, count, d, seed=2):
-            if side == "faiss":
-                x /= np.linalg.norm(x, axis=1, keepdims=True)
-            index.add(x)
-            if halfway is not None and 2 * index.ntotal >= count:
+        first = count // 2 if halfway is not None else count
+        for part, seed in ((first, 2), (count - first, 3)):
+            # Each half from a generator of its own, spent before the halfway measure: a block
+            # still referenced by a live generator (31 MB at 20k x 384) would count there.
+            for x in _vectors(np, part, d, seed=seed):
+                if side == "faiss":
+                    x /= np.linalg.norm(x, axis=1, keepdims=True)
+                index.add(x)
+            x = None
+            if halfway is not None and index.ntotal < count:
                 halfway(index)
-                halfway = None
         return index
 
     def search(index) -> tuple[int, int]:
@@ -151,7 +157,7 @@ def _child(kind: str, side: str, n: int, d: int) -> dict:
     half = {}
 
     def halfway(index) -> None:
-        """The same measure at the first block past n / 2: what the second half adds is the
+        """The same measure at n / 2: what the second half adds is the
         slope, free of every cost paid once (fixed costs a first large index pays, not the
         small one: the 1/n part of ``bytes_per_doc``)."""
         half["cache"], half["per_doc"] = search(index)
