@@ -1,9 +1,9 @@
 """The search wing: from a query and unit vectors to a top-k by ``cos * w**alpha``.
 
 The exact flat kernel (``flat``), the ANN candidates + weight-order scan + bound (``ann``, its
-depths from ``plan``, its rows from ``rows``, a batch's heaps ``batch_heaps``), the Qdrant backends' share of it (``norm_band``),
-MMR, the GPU flat path, and the FAISS index facts they need (``faiss_info``). No index state
-lives here: the one cache (``cache.SearchCache``) is owned by a NormIndex and dropped by any
+depths from ``plan``, its rows from ``rows``, a batch's heaps from ``batch_heaps``), the Qdrant
+backends' share of it (``norm_band``), MMR, the GPU flat path, and the FAISS index facts they
+need (``faiss_info``). No index state lives here: the one cache (``cache.SearchCache``) is owned by a NormIndex and dropped by any
 change of it.
 
 Glossary (one name per concept, as the code uses them):
