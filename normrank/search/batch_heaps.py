@@ -64,8 +64,9 @@ class BatchHeaps:
         slot = np.arange(r.size) - np.repeat(first, counts)
         vals = np.full((queries.size, int(counts.max())), -np.inf, dtype=np.float32)
         ids = np.full(vals.shape, -1, dtype=np.int64)
-        vals[np.repeat(np.arange(queries.size), counts), slot] = block.ravel()[hits]
-        ids[np.repeat(np.arange(queries.size), counts), slot] = pos
+        row = np.repeat(np.arange(queries.size), counts)
+        vals[row, slot] = block.ravel()[hits]
+        ids[row, slot] = pos
         which = rows[queries]
         heap_vals, heap_ids = self.vals[which], self.ids[which]  # contiguous copies of those heaps
         self._heap(heap_vals, heap_ids).addn_with_ids(
