@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.validation import as_numbers
 
 __all__ = ["WEIGHT_CAP", "norm_weight", "norm_weighted", "symmetric_score"]
 
@@ -22,7 +23,7 @@ WEIGHT_CAP = float(np.finfo(np.float32).max) / 2
 
 def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
     """A scalar alpha stays a float; one alpha per query becomes a column for broadcasting."""
-    a = np.asarray(alpha, dtype=np.float64)
+    a = as_numbers(alpha, "alpha", "a number or one number per query")
     if not np.all(np.isfinite(a)):
         raise InvalidParameterError(f"alpha must be finite, got {alpha!r}")
     if a.ndim == 0:
@@ -32,6 +33,20 @@ def _alpha_column(alpha: ArrayLike, n_rows: int | None) -> np.ndarray | float:
             f"alpha must be a scalar or have one value per query ({n_rows}), got shape {a.shape}"
         )
     return a[:, None]
+
+
+def _positive_norms(norms: ArrayLike, name: str) -> np.ndarray:
+    """Norms as float64, each finite and > 0: a norm is a length, and ``0**alpha`` or
+    ``(-x)**alpha`` has no meaning as a weight (inf, NaN, or a sign flip that reorders)."""
+    d = as_numbers(norms, name, "norms (finite numbers > 0)")
+    bad = ~(np.isfinite(d) & (d > 0))
+    if bad.any():
+        first = np.flatnonzero(bad.reshape(-1))[:5].tolist()
+        raise InvalidInputError(
+            f"{name} must be finite and > 0 (a vector's length); bad at positions {first}: "
+            f"{d.reshape(-1)[first].tolist()}"
+        )
+    return d
 
 
 def norm_weight(norms: ArrayLike, alpha: float) -> np.ndarray:
@@ -62,7 +77,7 @@ def norm_weighted(cos: ArrayLike, norms: ArrayLike, alpha: ArrayLike) -> np.ndar
         float32 array of the shape of ``cos``.
     """
     c = np.asarray(cos, dtype=np.float32)
-    d = np.asarray(norms, dtype=np.float64)
+    d = _positive_norms(norms, "norms")
     a = _alpha_column(alpha, c.shape[0] if c.ndim == 2 else None)
     if np.isscalar(a):
         return (c * norm_weight(d, a)).astype(np.float32, copy=False)
@@ -81,12 +96,13 @@ def symmetric_score(cos: ArrayLike, q_norms: ArrayLike, d_norms: ArrayLike, gamm
         gamma: discount exponent; ``gamma > 0`` discounts high-norm inputs, 0 is cosine,
             -1 is the dot product.
     """
-    g = float(gamma)
-    if not np.isfinite(g):
-        raise InvalidParameterError(f"gamma must be finite, got {gamma!r}")
+    g = as_numbers(gamma, "gamma")
+    if g.ndim or not np.isfinite(g):
+        raise InvalidParameterError(f"gamma must be one finite number, got {gamma!r}")
+    g = float(g)
     c = np.asarray(cos, dtype=np.float32)
-    qn = np.asarray(q_norms, dtype=np.float64)
-    dn = np.asarray(d_norms, dtype=np.float64)
+    qn = _positive_norms(q_norms, "q_norms")
+    dn = _positive_norms(d_norms, "d_norms")
     if c.ndim == 2:
         qn = qn[:, None]
     return (c * np.power(qn, -g) * np.power(dn, -g)).astype(np.float32)

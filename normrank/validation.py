@@ -33,6 +33,7 @@ __all__ = [
     "as_ids",
     "as_k",
     "as_k_factor",
+    "as_numbers",
     "as_one_id",
     "as_option",
     "as_positive_int",
@@ -358,13 +359,24 @@ def as_k(k: object, nq: int) -> int:
     return k
 
 
+def as_numbers(value: object, name: str, expected: str = "a number") -> np.ndarray:
+    """``value`` as float64, refusing what only looks numeric to numpy: strings (``'1'``),
+    bools (``True`` is not 1 here), None and objects. An int or float scalar, a numpy number,
+    or a list / array of them passes."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidParameterError(f"{name} must be {expected}: {e}") from e
+    if raw.dtype.kind not in "iuf":
+        got = f"{value!r}" if raw.size <= 4 else f"an array of dtype {raw.dtype}"
+        raise InvalidParameterError(f"{name} must be {expected} (int or float, not bool or str), got {got}")
+    return raw.astype(np.float64, copy=False)
+
+
 def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
     """One finite alpha per query in ``[-MAX_ABS_ALPHA, MAX_ABS_ALPHA]``, float64 ``(nq,)``, from a
     scalar or an array."""
-    try:
-        a = np.asarray(alpha, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidParameterError(f"alpha must be a number or one number per query: {e}") from e
+    a = as_numbers(alpha, "alpha", "a number or one number per query")
     if a.ndim == 0:
         a = np.full(nq, float(a))
     elif a.ndim != 1 or a.shape[0] != nq:

@@ -84,14 +84,19 @@ class Searches:
                     lambda c: S.plain_rows(c, self._t, unit_q[plain], k), single=True, ef=max(ef, k)
                 )
                 S.fill(scores, ids, plain, got)
-                stats.path, stats.depth, stats.rounds = "cosine", k, 1
+                cosine = SearchStats(path="cosine", depth=k, rounds=1)
                 short = plain[[len(g[0]) < k for g in got]]
                 if short.size:
                     self._fill_short(unit_q, short, k, scores, ids)
-                    stats.rounds += 1
+                    cosine.rounds += 1
+                stats.include(cosine)
             rest = np.flatnonzero(alphas != 0)
             if rest.size:
-                self._ann(unit_q, alphas, rest, k, ef, scores, ids, stats)
+                weighted = SearchStats()
+                self._ann(unit_q, alphas, rest, k, ef, scores, ids, weighted)
+                cache_bytes = weighted.cache_bytes
+                stats.include(weighted)  # ("mixed" when some queries were plain cosine)
+                stats.cache_bytes = cache_bytes
         return (scores, ids, stats) if return_stats else (scores, ids)
 
     def _plan(self, n: int | None, k: int, ef: int, *, sql_band: bool = False) -> SearchPlan:

@@ -33,7 +33,7 @@ class DocTable:
         self.doc_ids = ids if isinstance(ids, DocIds) else DocIds.of(ids)
         self.norms = np.asarray(norms, dtype=np.float32)
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
-        self._lookup: IdLookup | None = None
+        self._lookup: tuple[DocIds, IdLookup] | None = None  # (the ids it was built from, it)
         self.tombstones: set[int] = set(np.asarray(tombstones).tolist())  # removed, kept (HNSW)
         top = self.doc_ids.size if self.doc_ids.identity else int(self.doc_ids.array().max(initial=-1)) + 1
         self.next_id = max(int(next_id), top, *(t + 1 for t in self.tombstones))
@@ -53,10 +53,17 @@ class DocTable:
         return self.norms if self.weights is None else self.weights
 
     def lookup(self) -> IdLookup:
-        """id -> position (-1: absent), for these ids."""
-        if self._lookup is None:
-            self._lookup = IdLookup(self.doc_ids)
-        return self._lookup
+        """id -> position (-1: absent), for these ids.
+
+        Kept with the ids it was built from and used only while they are still the table's: a
+        reader that built it from ids a writer replaced meanwhile can never install a table of a
+        state that is gone (the lock makes that rare; this makes it harmless)."""
+        doc_ids, cached = self.doc_ids, self._lookup
+        if cached is not None and cached[0] is doc_ids:
+            return cached[1]
+        built = IdLookup(doc_ids)
+        self._lookup = (doc_ids, built)
+        return built
 
     def has(self, id_: int) -> bool:
         return bool(self.lookup()(np.array([id_], dtype=np.int64))[0] >= 0)
@@ -78,12 +85,19 @@ class DocTable:
         """Refuse ids in use (or removed from an index that keeps their vectors), and rows
         without weights where custom weights are set."""
         new_ids = np.asarray(new_ids, dtype=np.int64)
-        taken = self.lookup()(new_ids) >= 0
-        if self.tombstones:
-            taken |= np.isin(new_ids, np.fromiter(self.tombstones, dtype=np.int64))
-        present = [int(i) for i in new_ids[taken][:10]]
+        present = [int(i) for i in new_ids[self.lookup()(new_ids) >= 0][:10]]
         if present:
-            raise DuplicateIdError(f"ids already in the index: {present[:10]}")
+            raise DuplicateIdError(f"ids already in the index: {present}")
+        if self.tombstones:
+            kept = new_ids[np.isin(new_ids, np.fromiter(self.tombstones, dtype=np.int64))]
+            if kept.size:
+                # The graph (HNSW) or refine stage still holds the removed vector under its id and
+                # FAISS cannot delete it: a second vector under that id would make results ambiguous.
+                raise DuplicateIdError(
+                    f"ids removed earlier from an index that keeps removed vectors (HNSW, refine): "
+                    f"{[int(i) for i in kept[:10]]}; such an id stays reserved: add under a new id, "
+                    "or rebuild the index (NormIndex.from_state / a new index) to reuse it"
+                )
         if self.weights is not None and weights is None and new_ids.size:
             raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
 

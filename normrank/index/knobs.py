@@ -25,8 +25,12 @@ class SearchKnobs:
     @property
     def search_params(self) -> dict[str, int]:
         """FAISS's search breadth, saved with the index: IVF ``nprobe`` / ``nlist``, HNSW
-        ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`."""
-        return ann_params(self._inner)
+        ``efSearch`` (empty for flat indexes). Change it with :meth:`set_search_params`.
+
+        Read under the lock: a search with a per-call ``nprobe`` / ``ef_search`` sets it in the
+        FAISS index while it runs (under the lock), and no other thread may see that value."""
+        with self._lock:
+            return ann_params(self._inner)
 
     def _breadth(self, key: str, kind: str) -> int:
         have = self.search_params

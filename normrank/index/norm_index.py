@@ -16,12 +16,13 @@ import normrank.validation as check
 from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
 from normrank.index.doc_table import DocTable
 from normrank.index.fair_lock import FairLock
+from normrank.index.idmap_ivf import remove_ids
 from normrank.index.knobs import SearchKnobs
 from normrank.index.persistence import load_state, save_state
 from normrank.index.state import IndexState, check_state
 from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import SearchCache
-from normrank.search.faiss_info import breadth_knobs, inner_index, set_breadth, with_ids
+from normrank.search.faiss_info import breadth_knobs, inner_index, keeps_removed, set_breadth, with_ids
 from normrank.search.plan import SearchStats
 from normrank.search.rows import row_source
 from normrank.search.searcher import OneQuery, search_args, search_into
@@ -198,7 +199,10 @@ class NormIndex(SearchKnobs):
             return self._docs.norms[self._docs.positions(arr)]
 
     def __contains__(self, id_: object) -> bool:
-        return isinstance(id_, int | np.integer) and self._docs.has(int(id_))
+        if not isinstance(id_, int | np.integer) or isinstance(id_, bool):
+            return False
+        with self._lock:  # the table a writer is replacing is never read half-way
+            return self._docs.has(int(id_))
 
     # -- mutation -----------------------------------------------------------------------------
 
@@ -250,9 +254,11 @@ class NormIndex(SearchKnobs):
                 return 0
             tombstone = False
             try:
-                removed = self._index.remove_ids(faiss.IDSelectorBatch(arr))
-            except RuntimeError:  # HNSW cannot delete: the vectors stay, results skip them
-                removed, tombstone = arr.size, True
+                removed = remove_ids(self._index, arr)  # (an IVF beneath a user's id map: see idmap_ivf)
+            except RuntimeError as e:
+                if not keeps_removed(self._index):
+                    raise UnsupportedIndexError(f"FAISS cannot remove from this index: {e}") from e
+                removed, tombstone = arr.size, True  # HNSW cannot delete: the vectors stay, skipped
             if removed != arr.size:
                 raise IndexStateError(f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent")
             self._docs.drop(arr, tombstone=tombstone)
@@ -338,6 +344,8 @@ class NormIndex(SearchKnobs):
             rows when fewer than ``k`` documents exist. With ``return_stats``, ``(scores, ids,
             stats)``.
         """
+        if return_stats is not False and return_stats is not True:
+            check.as_flag(return_stats, "return_stats")  # ("no" would read as True)
         stats = SearchStats()
         if k_factor is None and nprobe is None and ef_search is None and params is None:
             with self._lock:  # the latency case first: one float32 query, an ANN index

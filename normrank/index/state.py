@@ -10,6 +10,7 @@ import faiss
 import numpy as np
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
+from normrank.index.idmap_ivf import check_positions
 from normrank.search.faiss_info import (
     MAX_EF_SEARCH,
     ann_params,
@@ -155,6 +156,7 @@ def _check_faiss(index: faiss.Index, ids: np.ndarray, tombstones: np.ndarray) ->
         if tombstones.size or not np.array_equal(ids, np.arange(ids.size)):
             raise UnsupportedIndexError("this FAISS index keeps no ids: wrap it in faiss.IndexIDMap")
         return
+    check_positions(index)  # (an IVF beneath an id map: positions FAISS left stale)
     if stored.size != total or np.unique(stored).size != total or (stored < 0).any():
         raise UnsupportedIndexError("the ids inside the FAISS index are repeated, negative or miscounted")
     live = stored[~np.isin(stored, tombstones)] if tombstones.size else stored

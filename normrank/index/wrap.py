@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.errors import InvalidInputError, InvalidParameterError, UnsupportedIndexError
+from normrank.index.idmap_ivf import check_positions
 from normrank.index.state import IndexState
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import (
@@ -106,6 +107,7 @@ def state_from_faiss(
 
     An IVF's ``nprobe`` above its ``nlist`` is clamped to ``nlist``, as FAISS clamps it.
     """
+    check_positions(index)  # before any read: stale positions read the wrong rows
     ids = stored_ids(index)
     if ids is None:
         ids = np.arange(index.ntotal, dtype=np.int64)

@@ -30,6 +30,7 @@ __all__ = [
     "is_gpu",
     "is_idmap",
     "ivf_of",
+    "keeps_removed",
     "levels",
     "raw_vectors",
     "refine_of",
@@ -129,6 +130,13 @@ def can_remove(index: faiss.Index) -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def keeps_removed(index: faiss.Index) -> bool:
+    """Whether a removal FAISS refuses is kept as a tombstone (the vector stays, searches skip
+    it): graphs and refine stages, which FAISS cannot delete from. An IVF that ranks deletes,
+    so its refusal is an error to report, not a tombstone to keep."""
+    return refine_of(index) is not None or ivf_of(index) is None
 
 
 def flat_storage(flat: faiss.IndexFlat) -> np.ndarray:

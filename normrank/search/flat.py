@@ -14,13 +14,15 @@ compiled kernel of normrank's own: a search loads nothing FAISS and numpy have n
 from __future__ import annotations
 
 import ctypes
+import numbers
 import sys
 import types
 
 import faiss
 import numpy as np
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import InvalidInputError, InvalidParameterError
+from normrank.validation import as_numbers
 
 __all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
 
@@ -155,11 +157,14 @@ def topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ``(values, positions)``: float32 and int64, both ``(nq, k)``; when ``n < k`` the rows
         are padded with ``-inf`` and ``-1`` as FAISS does. Equal scores may come in any order.
     """
-    if int(k) != k or k < 1:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise InvalidParameterError(f"k must be an integer >= 1, got {k!r}")
-    s = np.ascontiguousarray(scores, dtype=np.float32)
+    s = np.ascontiguousarray(as_numbers(scores, "scores", "numbers"), dtype=np.float32)
     if s.ndim != 2:
         raise InvalidParameterError(f"scores must be 2-D (nq, n), got shape {s.shape}")
+    if np.isnan(s).any():  # a NaN is neither kept nor ranked by the heap: it would vanish silently
+        rows = np.flatnonzero(np.isnan(s).any(axis=1))[:5].tolist()
+        raise InvalidInputError(f"scores contain NaN (rows {rows}): a NaN cannot be ranked; replace it first")
     nq, n = s.shape
     heap, values, positions = _new_heap(nq, int(k))
     if n and nq:

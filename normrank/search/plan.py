@@ -10,7 +10,7 @@ Measured reasons for each number are in :func:`plan_search`'s docstring
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["SearchPlan", "SearchStats", "plan_search"]
 
@@ -38,21 +38,26 @@ class SearchPlan:
 
 @dataclass
 class SearchStats:
-    """What one search did (``search(..., return_stats=True)`` of NormIndex and
-    PgVectorNormIndex).
+    """What one search call did (``search(..., return_stats=True)`` of NormIndex and
+    PgVectorNormIndex), over all its queries.
 
     Attributes:
         path: ``"flat"`` (exact kernel; PostgreSQL: every row ranked in SQL, nothing counted),
             ``"cosine"`` (alpha = 0: the index's own ranking), ``"scan"`` (candidates +
             weight-order scan + bound), ``"sql_band"`` (PostgreSQL's band scored in SQL:
-            ``scanned`` is the first band, ``widened`` the queries of its second round) or
-            ``"overfetch"``.
+            ``scanned`` is the first band, ``widened`` the queries of its second round),
+            ``"overfetch"``; ``"mixed"`` when queries with different alphas took different
+            paths (each alpha's own stats are in ``groups``).
         depth: the deepest cosine fetch from the index (per query).
         scanned: rows read in weight order by the query that read most.
-        rounds: scan chunks (the first fetch counts one).
-        widened: queries of a batch that scanned past the first chunk.
+        rounds: index fetches plus scan chunks of the query that needed most (the first fetch
+            counts one; the flat kernel's single pass is one).
+        widened: queries that scanned past the first chunk.
         cache_bytes: bytes the index's search cache holds after the search (PostgreSQL: the
             client's copy of the table, ids, weights and the vectors read so far).
+        groups: for a call with several alphas (one per query), each alpha's own stats; the
+            fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;
+            ``widened``: the sum). Empty when every query had the same alpha.
     """
 
     path: str = ""
@@ -61,6 +66,15 @@ class SearchStats:
     rounds: int = 0
     widened: int = 0
     cache_bytes: int = 0
+    groups: dict[float, SearchStats] = field(default_factory=dict)
+
+    def include(self, part: SearchStats) -> None:
+        """Fold in the stats of another part of the same call (an alpha group, a query block)."""
+        self.path = part.path if self.path in ("", part.path) else "mixed"
+        self.depth = max(self.depth, part.depth)
+        self.scanned = max(self.scanned, part.scanned)
+        self.rounds = max(self.rounds, part.rounds)
+        self.widened += part.widened
 
 
 def plan_search(

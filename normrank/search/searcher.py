@@ -120,20 +120,26 @@ def search_into(
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
         alpha = float(a)
+        group = SearchStats()
         if flat is not None:  # the flat kernel blocks queries and documents itself
             weights = cache.power(base, alpha)
             s, pos = _search_flat(flat, weights, unit_q[rows], k, alpha, cache, device)
-            stats.path, stats.scanned, stats.depth = "flat", doc_ids.size, doc_ids.size
+            group.path, group.scanned, group.depth, group.rounds = "flat", doc_ids.size, doc_ids.size, 1
         else:
             args = _ann_args(index, inner, doc_ids, base, n_removed, cache, k, alpha, factor, ann,
                              n_tail, max_depth, ann_params(inner))  # fmt: skip
-            parts = [
-                _ann.adaptive_search(index, unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]], k, *args, stats=stats)
-                for r0 in range(0, rows.size, _ANN_QUERY_BLOCK)  # bounded candidate arrays
-            ]
+            parts = []
+            for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
+                block = SearchStats()
+                parts.append(_ann.adaptive_search(index, unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]], k, *args,
+                                                  stats=block))  # fmt: skip
+                group.include(block)
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
         ids[rows] = doc_ids.at(pos)
+        stats.include(group)
+        if not uniform:
+            stats.groups[alpha] = group
 
 
 def _ann_args(index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann,
