@@ -25,7 +25,7 @@ from normrank.index.norm_index import NormIndex
 from normrank.index.state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
 from normrank.search.flat import topk
-from normrank.store.contract import IndexBackend, RecordBackend, check_backend
+from normrank.store.contract import IndexBackend, RecordBackend, SavingBackend, check_backend
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,7 @@ __all__ = [
     "NormrankError",
     "RecordBackend",
     "SaveError",
+    "SavingBackend",
     "UnknownIdError",
     "UnsupportedIndexError",
     "ZeroNormError",
