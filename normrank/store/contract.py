@@ -252,7 +252,7 @@ def loads_saved(cls: type) -> bool:
 
 def location_of(index: object) -> str | None:
     """Where ``index`` keeps its vectors, for people: its ``location`` (a str), or None."""
-    location = getattr(index, "location", None) if _kind(index, "location") != "method" else None
+    location = index.location if _kind(index, "location") in ("value", "property") else None
     return location if isinstance(location, str) else None
 
 
