@@ -31,7 +31,7 @@ from normrank.errors import (
 from normrank.scoring import norm_weight
 from normrank.search.mmr import maximal_marginal_relevance
 from normrank.store import files as store_files
-from normrank.store.checks import check_alpha, check_json_value
+from normrank.store.checks import check_alpha, check_json_value, refuse_untrained_factory
 from normrank.store.contract import (
     IndexBackend,
     SavingBackend,
@@ -204,6 +204,8 @@ class KeyedStore:
             if self.index is None:
                 from normrank.index.norm_index import NormIndex
 
+                # the adapters refuse it when made; here for a dim they could not know then
+                refuse_untrained_factory(self.factory, arr.shape[1], "the adapter's from_index(index)")
                 self.index = NormIndex(arr.shape[1], alpha=self.alpha, factory=self.factory)
                 self.dim = arr.shape[1]
             keys = np.arange(self.next_key, self.next_key + n, dtype=np.int64)

@@ -35,7 +35,7 @@ from langchain_normrank.filters import MetadataFilter, check_kinds, metadata_pre
 from langchain_normrank.pgvector_compat import check_distance_strategy, libpq_url, pgvector_options
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store.checks import UnsupportedOperationError, reject_unknown
+from normrank.store.checks import UnsupportedOperationError, refuse_untrained_factory, reject_unknown
 from normrank.store.contract import IndexBackend
 from normrank.store.keyed_store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
 
@@ -190,6 +190,7 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         if factory is not None and from_index is not None:
             raise InvalidParameterError(f"give index= or factory=, not both (index= means {from_index!r})")
         factory = factory or from_index or "Flat"
+        refuse_untrained_factory(factory, dim, "NormRankVectorStore.from_index(index, embedding)")
         self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
