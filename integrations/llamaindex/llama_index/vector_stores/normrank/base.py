@@ -44,7 +44,7 @@ from llama_index.vector_stores.normrank._sql_filters import sql_where
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 from normrank.store import files as store_files
 from normrank.store.checks import check_json_value, refuse_untrained_factory, reject_unknown
-from normrank.store.contract import IndexBackend
+from normrank.store.contract import IndexBackend, SavingBackend
 from normrank.store.keyed_store import KeyedStore, StoreBacked, StoreNotFoundError
 
 _RAW_HINT = (
@@ -410,12 +410,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         persist_path: str,
         fs: fsspec.AbstractFileSystem | None = None,
         *,
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
     ) -> NormRankVectorStore:
         """Load a store written by :meth:`persist` (given the path it was persisted to).
 
         ``index``: the index holding the vectors of a store made by :meth:`from_index` (its
-        files keep the nodes only; without it the load says where the vectors are)."""
+        files keep the nodes only; without it the load says where the vectors are), or the
+        class that saved them into the folder (a :class:`normrank.SavingBackend` other than
+        NormIndex)."""
         _local_only(fs)
         path = _real_path(Path(persist_path))
         core = KeyedStore.load(
@@ -499,7 +501,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         namespace: str = "default",
         fs: fsspec.AbstractFileSystem | None = None,
         *,
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
     ) -> NormRankVectorStore:
         """Load the store that ``StorageContext.persist(persist_dir)`` wrote for ``namespace``
         (``index``: as :meth:`from_persist_path`)."""
