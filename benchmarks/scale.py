@@ -78,14 +78,15 @@ def load_normindex(path: Path):
     from normrank import NormIndex
 
     m = json.loads((path / "manifest.json").read_text())
-    gen = path / m["generation"]
+    data, options = (m, m) if m["format_version"] == 1 else (m["data"], m["options"])  # 1: one flat manifest
+    gen = path / data["generation"]
     ids = np.load(gen / "ids.npy")
     if not np.array_equal(ids, np.arange(ids.size)):
         raise SystemExit(f"{path}: the build's ids are not 0 .. n - 1; rebuild with --build-only")
     plain = faiss.read_index(str(path.parent / "plain.faiss"))
     norms = np.load(gen / "norms.npy")
     # An IVF keeps no record of the order vectors were added: norms by id (ids 0 .. n - 1).
-    index = NormIndex.from_faiss(plain, norms=dict(enumerate(norms.tolist())), alpha=m["alpha"])
+    index = NormIndex.from_faiss(plain, norms=dict(enumerate(norms.tolist())), alpha=options["alpha"])
     return index, "from_faiss(plain.faiss, norms=)"
 
 

@@ -12,6 +12,7 @@ from normrank.errors import (
     IndexStateError,
     InvalidInputError,
     InvalidParameterError,
+    NewerFormatError,
     NonConformingIndexError,
     NonFiniteError,
     NormrankError,
@@ -24,7 +25,7 @@ from normrank.index.norm_index import NormIndex
 from normrank.index.state import IndexState
 from normrank.scoring import norm_weighted, symmetric_score
 from normrank.search.flat import topk
-from normrank.store.contract import IndexBackend, RecordBackend, check_backend
+from normrank.store.contract import IndexBackend, RecordBackend, SavingBackend, check_backend
 
 __version__ = "0.1.0"
 
@@ -37,12 +38,14 @@ __all__ = [
     "IndexStateError",
     "InvalidInputError",
     "InvalidParameterError",
+    "NewerFormatError",
     "NonConformingIndexError",
     "NonFiniteError",
     "NormIndex",
     "NormrankError",
     "RecordBackend",
     "SaveError",
+    "SavingBackend",
     "UnknownIdError",
     "UnsupportedIndexError",
     "ZeroNormError",

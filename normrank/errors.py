@@ -15,6 +15,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidParameterError",
     "MissingDependencyError",
+    "NewerFormatError",
     "NonConformingIndexError",
     "NonFiniteError",
     "NormrankError",
@@ -73,6 +74,12 @@ class IndexStateError(NormrankError, RuntimeError):
 
 class CorruptIndexError(NormrankError, OSError):
     """A saved index directory is corrupt, truncated, tampered with or of an unknown format."""
+
+
+class NewerFormatError(NormrankError, OSError):
+    """A saved index was written by a newer normrank: its data format or options version is above
+    what this one reads, or it names a search option (or method) this one does not know. Nothing
+    is wrong with the folder: upgrade normrank to load it (the message names both versions)."""
 
 
 class SaveError(NormrankError, OSError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -347,3 +348,196 @@ def test_a_non_empty_index_points_to_loading_the_saved_store():
     index.add(data(7)[0][:2], ids=[0, 1])
     with pytest.raises(normrank.InvalidParameterError, match="load_local"):
         KeyedStore.for_index(index, check_record=lambda r: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each member as the store uses it (issue 46, defect 9), and nothing read outside the contract
+
+
+def _variant(**members: Any) -> Any:
+    """An instance of the docs' backend with ``members`` put on a subclass (and not shadowed by
+    the instance's own attributes of those names)."""
+    index = type("Variant", (docs_backend(),), members)(DIM)
+    for name in members:
+        vars(index).pop(name, None)
+    return index
+
+
+def _ids_method(self):
+    return self._ids.copy()
+
+
+MISUSED = {
+    "ids is a method": ({"ids": _ids_method}, "ids is a method"),
+    "dim is a method": ({"dim": lambda self: DIM}, "dim is a method"),
+    "keeps_records is a method": ({"keeps_records": lambda self: True}, "keeps_records is a method"),
+    "keeps_records is not a bool": ({"keeps_records": 1}, "keeps_records is 1, not a bool"),
+    "alpha is a method": ({"alpha": lambda self: 0.5}, "alpha is a method"),
+    "alpha is a string": ({"alpha": "0.5"}, "alpha is '0.5', not a Real"),
+    "location is not a str": ({"location": 5}, "location is 5, not a str"),
+    "save without load": ({"save": lambda self, path: None}, "has save but no load"),
+    "load without save": ({"load": classmethod(lambda cls, path: cls(DIM))}, "has load but no save"),
+    "load on the instance": (
+        {"save": lambda self, path: None, "load": lambda self, path: self},
+        "load is not a classmethod",
+    ),
+    "save takes no path": (
+        {"save": lambda self: None, "load": classmethod(lambda cls, path: cls(DIM))},
+        "cannot take the store's call save(path)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISUSED))
+def test_each_member_is_checked_as_the_store_uses_it(case):
+    """Before issue 46 an ``ids`` method passed check_backend, and a store's load over it failed
+    later with ``TypeError: 'method' object is not iterable``."""
+    members, words = MISUSED[case]
+    with pytest.raises(NonConformingIndexError) as e:
+        check_backend(_variant(**members))
+    assert words in str(e.value) and "docs/backends.md" in str(e.value)
+
+
+def test_an_ids_method_is_refused_at_the_load_not_after_it(tmp_path):
+    store = KeyedStore.for_index(docs_backend()(DIM), check_record=lambda r: None)
+    store.add(["a", "b"], data(8)[0][:2], [{}, {}])
+    store.save(tmp_path / "store.json", {"format": "t"})
+    odd = _variant(ids=_ids_method)
+    odd.add(data(8)[0][:2], ids=np.arange(2))
+    with pytest.raises(NonConformingIndexError, match="ids is a method"):
+        KeyedStore.load(tmp_path / "store.json", {"format": "t"}, check_record=lambda r: None, index=odd)
+
+
+class Watched:
+    """The docs' backend behind a log of every attribute the store reads on it."""
+
+    def __init__(self, inner: Any, read: set[str]) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_read", read)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("__"):
+            return object.__getattribute__(self, name)
+        object.__getattribute__(self, "_read").add(name)
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+    def __len__(self) -> int:
+        return len(object.__getattribute__(self, "_inner"))
+
+    # What check_backend finds by its static look-up; every read goes to the inner index.
+    dim = ids = property(lambda self: None)
+
+    def add(self, x, ids): ...
+
+    def remove(self, ids): ...
+
+    def search(self, q, k, *, alpha): ...
+
+    def norm_of(self, ids): ...
+
+    def reconstruct(self, id_): ...
+
+
+CONTRACT = {"dim", "ids", "add", "remove", "search", "norm_of", "reconstruct"}
+OPTIONAL = {"alpha", "keeps_records", "search_where", "location", "save", "load"}
+
+
+def test_the_store_reads_nothing_outside_the_contract(tmp_path):
+    """Before issue 47 a save read ``index.table`` (and a reopen ``records_table``) by getattr."""
+    read: set[str] = set()
+    index = Watched(docs_backend()(DIM), read)
+    store = KeyedStore.for_index(index, check_record=lambda r: None)
+    x, q = data(9)
+    store.add([f"d{i}" for i in range(20)], x[:20], [{"i": i} for i in range(20)])
+    store.add(["d0"], x[20:21], [{"i": 0}])
+    store.search(q[0], 5, passes=lambda s: s != "d1")
+    store.mmr(q[0], 3, fetch_k=8, lambda_mult=0.5)
+    store.delete(["d2"])
+    store.save(tmp_path / "store.json", {"format": "t"})
+    KeyedStore.load(tmp_path / "store.json", {"format": "t"}, check_record=lambda r: None, index=index)
+    assert read <= CONTRACT | OPTIONAL, read - CONTRACT - OPTIONAL
+    assert {"add", "search", "norm_of", "reconstruct", "ids"} <= read  # the log sees the reads
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving through the contract (issue 47, item 5): SavingBackend
+
+
+def _saving_backend() -> type:
+    base = docs_backend()
+
+    class SavingIndex(base):
+        """The docs' backend saving itself: three .npy files in the folder it is given."""
+
+        def save(self, path) -> None:
+            path = Path(path)
+            path.mkdir()
+            for name in ("_unit", "_norms", "_ids"):
+                np.save(path / f"{name[1:]}.npy", getattr(self, name), allow_pickle=False)
+
+        @classmethod
+        def load(cls, path) -> Any:
+            unit = np.load(Path(path) / "unit.npy", allow_pickle=False)
+            index = cls(unit.shape[1])
+            index._unit = unit
+            index._norms = np.load(Path(path) / "norms.npy", allow_pickle=False)
+            index._ids = np.load(Path(path) / "ids.npy", allow_pickle=False)
+            return index
+
+    return SavingIndex
+
+
+def test_a_backend_that_saves_itself_is_saved_in_the_stores_folder(tmp_path):
+    saving = _saving_backend()
+    index = saving(DIM)
+    assert isinstance(index, normrank.SavingBackend) and check_backend(index) is index
+    store = KeyedStore.for_index(saving(DIM), check_record=lambda r: None, alpha=-0.5)
+    x, q = data(10)
+    store.add([f"d{i}" for i in range(30)], x[:30], [{} for _ in range(30)])
+    store.delete(["d3"])
+    path = tmp_path / "s" / "store.json"
+    store.save(path, {"format": "t"})
+    saved = json.loads(path.read_text())
+    assert saved["index_type"] == "SavingIndex" and (path.parent / saved["index_dir"] / "ids.npy").is_file()
+    with pytest.raises(normrank.store.keyed_store.StoreNotFoundError, match=r"SavingIndex\.save.*index="):
+        KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None)
+    with pytest.raises(normrank.InvalidParameterError, match="saved by SavingIndex, not by index=NormIndex"):
+        KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None, index=NormIndex)
+    again = KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None, index=saving)[0]
+    assert type(again.index) is saving and again.alpha == -0.5
+    assert [h.id for h in again.search(q[0], 8)] == [h.id for h in store.search(q[0], 8)]
+
+
+def test_a_backend_without_saving_is_named_at_the_load(tmp_path):
+    store = KeyedStore.for_index(docs_backend()(DIM), check_record=lambda r: None)
+    store.add(["a"], data(11)[0][:1], [{}])
+    path = tmp_path / "store.json"
+    store.save(path, {"format": "t"})
+    assert json.loads(path.read_text())["index_dir"] is None
+    with pytest.raises(normrank.store.keyed_store.StoreNotFoundError) as e:
+        KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None)
+    assert "BruteForceIndex" in str(e.value) and "does not save itself" in str(e.value)
+    with pytest.raises(normrank.InvalidParameterError, match="is a class"):
+        KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None, index=_saving_backend())
+
+
+def test_store_files_saved_before_the_contract_load(tmp_path):
+    """Files without ``index_type`` hold a NormIndex; ``external_index`` named a ``table``."""
+    store = KeyedStore(alpha=0.5)
+    store.add(["a", "b"], data(12)[0][:2], [{}, {}])
+    path = tmp_path / "store.json"
+    store.save(path, {"format": "t"})
+    payload = json.loads(path.read_text())
+    del payload["index_type"]
+    path.write_text(json.dumps(payload))
+    again = KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None)[0]
+    assert isinstance(again.index, NormIndex) and set(again.records) == {"a", "b"}
+    path.write_text(
+        json.dumps(
+            {**payload, "index_dir": None, "external_index": {"type": "PgVectorNormIndex", "table": "docs"}}
+        )
+    )
+    with pytest.raises(
+        normrank.store.keyed_store.StoreNotFoundError, match="PgVectorNormIndex \\(table 'docs'\\)"
+    ):
+        KeyedStore.load(path, {"format": "t"}, check_record=lambda r: None)

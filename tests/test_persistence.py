@@ -21,7 +21,7 @@ def _data(n: int = 400, seed: int = 0) -> np.ndarray:
 
 
 def _gen(d: Path) -> Path:
-    return d / json.loads((d / "manifest.json").read_text())["generation"]
+    return d / json.loads((d / "manifest.json").read_text())["data"]["generation"]
 
 
 def _assert_same(a: NormIndex, b: NormIndex, q: np.ndarray) -> None:
@@ -297,5 +297,130 @@ def test_saved_faiss_file_is_faiss_own_serialisation(tmp_path, monkeypatch):
     index.save(tmp_path / "ix")
     data = (_gen(tmp_path / "ix") / "index.faiss").read_bytes()
     assert data == faiss.serialize_index(index.faiss_index).tobytes()
-    meta = json.loads((tmp_path / "ix" / "manifest.json").read_text())["files"]["index.faiss"]
+    meta = json.loads((tmp_path / "ix" / "manifest.json").read_text())["data"]["files"]["index.faiss"]
     assert meta == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# -- the manifest's sections: data (format_version) apart from options (options_version) ---------
+
+
+def _v1_manifest(m: dict) -> dict:
+    """The manifest of ``m``'s save as normrank wrote it before issue 47 (format 1, one flat
+    mapping: ``_manifest_of`` of that release, key for key)."""
+    data, options = m["data"], m["options"]
+    return {
+        "format": "normrank-index",
+        "format_version": 1,
+        "generation": data["generation"],
+        "dim": data["dim"],
+        "count": data["count"],
+        "alpha": options["alpha"],
+        "k_factor": options["k_factor"],
+        "ann": {"method": options["ann"], "n_tail": options["n_tail"], "max_depth": options["max_depth"]},
+        "factory": data["factory"],
+        "faiss_type": data["faiss_type"],
+        "search_params": options["search_params"],
+        "tombstones": data["tombstones"],
+        "next_id": data["next_id"],
+        "files": data["files"],
+    }
+
+
+def _edit(d: Path, edit) -> None:
+    m = json.loads((d / "manifest.json").read_text())
+    edit(m)
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+def test_the_manifest_keeps_data_and_options_apart_each_versioned(tmp_path):
+    from normrank.index.persistence import FORMAT_VERSION, OPTIONS_VERSION
+
+    index = NormIndex(DIM, alpha=0.25, factory="HNSW8", ann="overfetch", n_tail=5)
+    index.add(_data(50))
+    index.save(tmp_path / "ix")
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert (m["format_version"], m["options_version"]) == (FORMAT_VERSION, OPTIONS_VERSION) == (2, 1)
+    assert {"generation", "dim", "count", "files"} <= set(m["data"]) and "alpha" not in m["data"]
+    assert m["options"]["alpha"] == 0.25 and m["options"]["ann"] == "overfetch"
+    assert m["options"]["n_tail"] == 5 and "files" not in m["options"]
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF8,Flat", "HNSW16"])
+def test_a_folder_in_the_format_1_layout_still_loads(factory, tmp_path):
+    """Saves made before the sections split (format 1, one flat manifest) load as they were,
+    options included."""
+    x = _data()
+    index = NormIndex(DIM, alpha=-0.5, factory=factory, k_factor=20, ann="overfetch", max_depth=300)
+    if not index.is_trained:
+        index.train(x)
+    index.add(x, ids=np.arange(1000, 1000 + len(x)))
+    index.remove([1003, 1100])  # HNSW: tombstones, in the data
+    index.set_weights(np.linspace(0.5, 2.0, len(index)))
+    index.save(tmp_path / "ix")
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(_v1_manifest(m)))
+    loaded = NormIndex.load(tmp_path / "ix")
+    _assert_same(index, loaded, _data(20, seed=1))
+    assert (loaded.ann, loaded.max_depth, loaded.n_tail) == ("overfetch", 300, None)
+    loaded.save(tmp_path / "again")  # saved again: in the current layout
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["format_version"] == 2
+
+
+@pytest.fixture
+def small_save(tmp_path) -> Path:
+    index = NormIndex(DIM, alpha=0.5)
+    index.add(_data(30))
+    index.save(tmp_path / "ix")
+    return tmp_path / "ix"
+
+
+NEWER = {
+    "data format above this reader's": (lambda m: m.update(format_version=3), "format 3 / options"),
+    "options version above this reader's": (lambda m: m.update(options_version=2), "format 2 / options 2"),
+    "an option this reader does not know": (lambda m: m["options"].update(rerank="cross"), "rerank"),
+    "an ann method this reader does not know": (
+        lambda m: m["options"].update(ann="graph-walk"),
+        "graph-walk",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEWER))
+def test_a_save_by_a_newer_normrank_says_so_not_corrupt(case, small_save):
+    """Before issue 47 a saved index with a new search mode was refused as CorruptIndexError."""
+    from normrank import NewerFormatError, NormrankError
+
+    edit, words = NEWER[case]
+    _edit(small_save, edit)
+    with pytest.raises(NewerFormatError) as info:
+        NormIndex.load(small_save)
+    said = str(info.value)
+    assert "saved by a newer normrank" in said and "upgrade normrank" in said and words in said, said
+    assert not isinstance(info.value, CorruptIndexError) and isinstance(info.value, NormrankError)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.update(format_version=0),
+        lambda m: m.update(options_version="1"),
+        lambda m: m.pop("options"),
+        lambda m: m["options"].update(ann=["adaptive"]),
+        lambda m: m["options"].update(k_factor=-3),
+    ],
+    ids=["format version 0", "options version a string", "no options", "ann a list", "k_factor -3"],
+)
+def test_a_broken_manifest_of_a_known_version_stays_corrupt(edit, small_save):
+    _edit(small_save, edit)
+    with pytest.raises(CorruptIndexError):
+        NormIndex.load(small_save)
+
+
+def test_an_unknown_ann_method_in_the_format_1_layout_is_corrupt(small_save):
+    """No normrank writes format 1 any more: what it cannot hold there is corruption."""
+    m = json.loads((small_save / "manifest.json").read_text())
+    v1 = _v1_manifest(m)
+    v1["ann"]["method"] = "graph-walk"
+    (small_save / "manifest.json").write_text(json.dumps(v1))
+    with pytest.raises(CorruptIndexError, match="ann"):
+        NormIndex.load(small_save)

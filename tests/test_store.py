@@ -246,3 +246,16 @@ def test_fuzz_store_file_values_load_or_refuse(tmp_path, data):
         f"\n[store-file fuzz] 300 cases: {refused} refused (CorruptIndexError), {loaded_ok} loaded and worked"
     )
     assert refused > 200 and loaded_ok > 0  # most values are impossible; some are harmless
+
+
+def test_a_factory_needing_training_is_refused_at_the_first_add_before_anything_changes(data):
+    """Where the dimension was not known when the store was made (PQ7 cannot be built at the
+    adapters' stand-in dim), the first add refuses the factory, naming from_index, instead of
+    NormIndex's "call train(x) first"."""
+    from normrank.errors import InvalidParameterError
+
+    store = KeyedStore(factory="PQ7")
+    x = np.repeat(data[0], 2, axis=1)[:, :14]  # dim 14: PQ7 builds, untrained
+    with pytest.raises(InvalidParameterError, match=r"must be trained.*from_index"):
+        store.add(["a"], x[:1], [{}])
+    assert store.index is None and len(store) == 0 and store.next_key == 0

@@ -337,6 +337,12 @@ class PgVectorNormIndex(Searches):
         """Re-read the row count that sizes the first band (after writes by other clients)."""
         len(self)
 
+    @property
+    def location(self) -> str:
+        """Where the vectors are, for people (the contract's optional ``location``): a saved store
+        over this index names it when it is loaded without the index."""
+        return f"table {self.table!r}"
+
     def __repr__(self) -> str:
         return (
             f"PgVectorNormIndex(table={self.table!r}, dim={self.dim}, alpha={self.alpha}, "

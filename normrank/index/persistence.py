@@ -3,7 +3,9 @@
 
 A saved index is a directory::
 
-    manifest.json          format version, dim, alpha, count, and size + SHA-256 of each file
+    manifest.json          two sections, each versioned: ``data`` (format_version: the
+                           generation, dim, count, and size + SHA-256 of each file) and
+                           ``options`` (options_version: alpha, k_factor, ann, n_tail, max_depth)
     gen-<id>/index.faiss   the FAISS index over unit vectors, in FAISS's own format
     gen-<id>/ids.npy       int64 ids
     gen-<id>/norms.npy     float32 raw norms
@@ -19,6 +21,11 @@ The folder named may be a symlink to a folder; it is resolved once (:func:`save_
 Loading trusts nothing: names come from a fixed set, no symlinks are followed, sizes and
 checksums are verified before any file is parsed, and ``.npy`` headers are read by hand so
 no pickle can run.
+
+Data and options are versioned apart, so that a new search option does not make the data
+unreadable: a version above this reader's, an option name or ``ann`` method it does not know is
+:class:`NewerFormatError` ("upgrade normrank"), not corruption. Older layouts stay readable:
+format 1 kept everything in one flat manifest (read by :func:`_sections`).
 """
 
 from __future__ import annotations
@@ -40,15 +47,21 @@ from typing import Any
 import faiss
 import numpy as np
 
-from normrank.errors import CorruptIndexError, InvalidInputError, NormrankError, SaveError
+from normrank.errors import CorruptIndexError, InvalidInputError, NewerFormatError, NormrankError, SaveError
 from normrank.index.faiss_io import read_faiss_index
 from normrank.index.state import IndexState, check_state
 from normrank.search.faiss_info import ann_params, inner_index, is_gpu, is_idmap, ivf_of, stored_ids
+from normrank.validation import ANN_METHODS
 
-__all__ = ["FORMAT_VERSION", "load_state", "save_path", "save_state"]
+__all__ = ["FORMAT_VERSION", "OPTIONS_VERSION", "load_state", "save_path", "save_state"]
 
 FORMAT = "normrank-index"
-FORMAT_VERSION = 1
+#: Version of the data section (files, ids, counts); 1: the flat manifest before issue 47.
+FORMAT_VERSION = 2
+#: Version of the options section; raise it with any option or value an older reader would refuse.
+OPTIONS_VERSION = 1
+#: Every name the options section may hold (``search_params`` is for people: index.faiss holds it).
+_OPTION_NAMES = frozenset({"alpha", "k_factor", "ann", "n_tail", "max_depth", "search_params"})
 MANIFEST = "manifest.json"
 _MAX_MANIFEST_BYTES = 1 << 20
 _GENERATION = re.compile(r"^gen-[0-9a-f]{32}$")
@@ -240,19 +253,26 @@ def _save_locked(state: IndexState, root: Path) -> None:
 def _manifest_of(state: IndexState, faiss_index: faiss.Index, generation: str, files: dict) -> dict:
     return {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "generation": generation,
-        "dim": int(faiss_index.d),
-        "count": int(state.ids.size),
-        "alpha": state.alpha,
-        "k_factor": state.k_factor,
-        "ann": {"method": state.ann, "n_tail": state.n_tail, "max_depth": state.max_depth},
-        "factory": state.factory,
-        "faiss_type": type(faiss_index).__name__,
-        "search_params": ann_params(inner_index(faiss_index)),  # for people; index.faiss holds them
-        "tombstones": int(state.tombstones.size),
-        "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
-        "files": files,
+        "format_version": FORMAT_VERSION,  # top level, where every older reader looks for it
+        "data": {
+            "generation": generation,
+            "dim": int(faiss_index.d),
+            "count": int(state.ids.size),
+            "factory": state.factory,
+            "faiss_type": type(faiss_index).__name__,
+            "tombstones": int(state.tombstones.size),
+            "next_id": state.next_id,  # default ids never reuse a removed one, also after a reload
+            "files": files,
+        },
+        "options_version": OPTIONS_VERSION,
+        "options": {
+            "alpha": state.alpha,
+            "k_factor": state.k_factor,
+            "ann": state.ann,
+            "n_tail": state.n_tail,
+            "max_depth": state.max_depth,
+            "search_params": ann_params(inner_index(faiss_index)),  # for people; index.faiss holds them
+        },
     }
 
 
@@ -331,6 +351,8 @@ def _count(m: dict[str, Any], key: str, minimum: int = 0) -> int:
 
 
 def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
+    """The manifest's data entries, checked, with its options (checked where they are plain
+    values; ``check_state`` judges them after) under ``"options"``, whatever its layout."""
     raw = _read_regular(root_fd, MANIFEST, None, limit=_MAX_MANIFEST_BYTES)
     try:
         m = json.loads(raw)
@@ -338,13 +360,9 @@ def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
         raise CorruptIndexError(f"{root / MANIFEST} is not valid JSON ({type(e).__name__})") from e
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise CorruptIndexError(f"{root} is not a normrank index (no {FORMAT!r} manifest)")
-    if m.get("format_version") != FORMAT_VERSION:
-        raise CorruptIndexError(
-            f"unknown format version {str(m.get('format_version'))[:40]!r}; "
-            f"this normrank reads {FORMAT_VERSION}"
-        )
-    generation = m.get("generation")
-    files = m.get("files")
+    data, options = _sections(m, root)
+    generation = data.get("generation")
+    files = data.get("files")
     if not isinstance(generation, str) or not _GENERATION.match(generation):
         raise CorruptIndexError(f"bad generation name {str(generation)[:80]!r} in the manifest")
     if not isinstance(files, dict) or not set(files) <= {_FAISS_FILE, *_ARRAYS}:
@@ -361,9 +379,9 @@ def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
         )
         if not ok or not 0 <= meta["bytes"] < 1 << 62 or not isinstance(meta.get("sha256"), str):
             raise CorruptIndexError(f"bad manifest entry for {name}")
-    _count(m, "dim", 1)
-    _count(m, "count")
-    alpha = m.get("alpha")
+    _count(data, "dim", 1)
+    _count(data, "count")
+    alpha = options.get("alpha")
     try:
         finite = (
             isinstance(alpha, int | float) and not isinstance(alpha, bool) and math.isfinite(float(alpha))
@@ -372,7 +390,61 @@ def _manifest(root_fd: int, root: Path) -> dict[str, Any]:
         finite = False
     if not finite:
         raise CorruptIndexError("bad 'alpha' in the manifest")
-    return m
+    return {**data, "options": options}
+
+
+def _version(m: dict[str, Any], key: str) -> int:
+    v = m.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise CorruptIndexError(f"unknown {key.replace('_', ' ')} {str(v)[:40]!r} in the manifest")
+    return v
+
+
+def _newer(root: Path, m: dict[str, Any], what: str) -> NewerFormatError:
+    said = {key: str(m.get(key, "?"))[:20] for key in ("format_version", "options_version")}
+    return NewerFormatError(
+        f"{root} was saved by a newer normrank (format {said['format_version']} / "
+        f"options {said['options_version']}; this one reads format {FORMAT_VERSION} / "
+        f"options {OPTIONS_VERSION}{what}): upgrade normrank (pip install -U normrank) to load it"
+    )
+
+
+def _sections(m: dict[str, Any], root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data and the options of a manifest of any layout this reader knows.
+
+    Format 1 (before issue 47) is one flat mapping holding both, the ann options as
+    ``{"method", "n_tail", "max_depth"}``; no newer normrank writes it, so an option there that
+    this reader refuses is corruption. From format 2 the sections are apart: options this reader
+    does not know are a newer normrank's."""
+    if _version(m, "format_version") > FORMAT_VERSION:
+        raise _newer(root, m, "")
+    if m["format_version"] == 1:
+        ann = m.get("ann", {})
+        if not isinstance(ann, dict) or not set(ann) <= {"method", "n_tail", "max_depth"}:
+            raise CorruptIndexError("bad 'ann' options in the manifest")
+        method = ann.get("method", "adaptive")
+        if not isinstance(method, str):
+            raise CorruptIndexError("bad 'ann' options in the manifest")
+        options = {
+            "alpha": m.get("alpha"),
+            "k_factor": m.get("k_factor", 10),
+            "ann": method,
+            "n_tail": ann.get("n_tail"),
+            "max_depth": ann.get("max_depth"),
+        }
+        return m, options
+    data, options = m.get("data"), m.get("options")
+    if not isinstance(data, dict) or not isinstance(options, dict):
+        raise CorruptIndexError("the manifest lacks its data or options section")
+    if _version(m, "options_version") > OPTIONS_VERSION:
+        raise _newer(root, m, "")
+    unknown = sorted(str(name)[:40] for name in set(options) - _OPTION_NAMES)
+    if unknown:
+        raise _newer(root, m, f"; options it does not know: {unknown[:10]}")
+    method = options.get("ann", "adaptive")
+    if isinstance(method, str) and method not in ANN_METHODS:
+        raise _newer(root, m, f"; ann method {method[:40]!r} is not one of {list(ANN_METHODS)}")
+    return data, {"k_factor": 10, "ann": "adaptive", "n_tail": None, "max_depth": None, **options}
 
 
 def load_state(path: str | os.PathLike[str]) -> IndexState:
@@ -448,13 +520,16 @@ def _load_generation(root: Path, root_fd: int, m: dict[str, Any]) -> IndexState:
         same = np.array_equal(live, ids) if is_idmap(index) else np.array_equal(np.sort(live), np.sort(ids))
         if not same or live.size != stored.size - tombstones.size:
             raise CorruptIndexError("ids.npy does not match the ids inside index.faiss")
+    options = m["options"]
     state = IndexState(
         index, ids, norms, weights, tombstones,
         next_id=_optional(m, "next_id", 0),
-        alpha=float(m["alpha"]),
-        k_factor=_optional(m, "k_factor", 10),
+        alpha=float(options["alpha"]),
+        k_factor=_optional(options, "k_factor", 10),
         factory=_optional(m, "factory", None, str),
-        **_ann_options(m),
+        ann=options["ann"],  # check_state judges it, and n_tail / max_depth
+        n_tail=options["n_tail"],
+        max_depth=options["max_depth"],
     )  # fmt: skip
     try:
         check_state(state)
@@ -469,17 +544,6 @@ def _optional(m: dict[str, Any], key: str, default: Any, kind: type = int) -> An
     if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
         raise CorruptIndexError(f"bad {key!r} in the manifest: {str(v)[:40]!r}")
     return v
-
-
-def _ann_options(m: dict[str, Any]) -> dict[str, Any]:
-    """Search options, not data (the device is a runtime choice and is not saved)."""
-    ann = m.get("ann", {})
-    if not isinstance(ann, dict) or not set(ann) <= {"method", "n_tail", "max_depth"}:
-        raise CorruptIndexError("bad 'ann' options in the manifest")
-    method = ann.get("method", "adaptive")
-    if not isinstance(method, str):
-        raise CorruptIndexError("bad 'ann' options in the manifest")
-    return {"ann": method, "n_tail": ann.get("n_tail"), "max_depth": ann.get("max_depth")}
 
 
 def _faiss_ids(index: faiss.Index) -> np.ndarray | None:

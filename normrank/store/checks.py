@@ -20,6 +20,7 @@ __all__ = [
     "UnsupportedOperationError",
     "check_alpha",
     "check_json_value",
+    "refuse_untrained_factory",
     "reject_unknown",
     "reranker_arguments",
 ]
@@ -126,3 +127,27 @@ def reranker_arguments(
     ):
         raise InvalidParameterError(f"top_n must be a positive integer or None, got {top_n!r}")
     return out
+
+
+def refuse_untrained_factory(factory: object, dim: int | None, from_index: str) -> None:
+    """Refuse, when a store is made, a factory whose FAISS index needs training (IVF, PQ, SQ...):
+    a store never trains its index, so its first add would fail with advice (``train(x)``) that
+    no store user can follow. ``from_index`` is the adapter's call that takes a trained index.
+
+    Raises :class:`InvalidParameterError`; a malformed factory passes here (the index's own
+    check says what is wrong with it at the first add)."""
+    if not isinstance(factory, str) or factory == "Flat":
+        return
+    import faiss
+
+    try:
+        trained = faiss.index_factory(dim or 96, factory, faiss.METRIC_INNER_PRODUCT).is_trained
+    except Exception:  # a malformed factory: NormIndex's own check names the fault
+        return
+    if not trained:
+        raise InvalidParameterError(
+            f"factory={factory!r} builds a FAISS index that must be trained before the first add, and "
+            "the store does not train one: train a NormIndex on a sample of your vectors "
+            f"(index = NormIndex(dim, factory={factory!r}); index.train(sample)) and make the store "
+            f"over it with {from_index}; or use 'Flat' (exact) or 'HNSW32' (approximate)"
+        )

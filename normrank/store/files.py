@@ -1,7 +1,8 @@
-"""A JSON record file committed atomically beside a saved :class:`~normrank.NormIndex`.
+"""A JSON record file committed atomically beside a saved index (a
+:class:`~normrank.store.contract.SavingBackend`: NormIndex or yours).
 
 The adapters (LangChain ``save_local``, LlamaIndex ``persist``) keep their documents in JSON and
-the vectors in a NormIndex directory. For ``<name>.json`` the index lives in
+the vectors in the index's directory. For ``<name>.json`` the index lives in
 ``<name>.json.index-<32 hex>`` beside it. A save writes a fresh index directory first, then
 swaps the JSON in with ``os.replace`` (the commit point), then deletes older index
 directories of that same JSON file. A crash at any point leaves the previous or the new save
@@ -16,20 +17,35 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from normrank.errors import CorruptIndexError, InvalidInputError
+from normrank.errors import (
+    CorruptIndexError,
+    InvalidInputError,
+    InvalidParameterError,
+    NonConformingIndexError,
+)
+from normrank.store.contract import SavingBackend, loads_saved
 
 __all__ = [
+    "StoreNotFoundError",
     "checked_index_dir",
+    "external_index",
     "make_folder",
     "new_index_dirname",
     "read_json",
     "remove_empty_folders",
     "remove_stale_index_dirs",
+    "saving_class",
     "write_json_atomic",
 ]
+
+
+class StoreNotFoundError(CorruptIndexError, FileNotFoundError):
+    """Nothing was saved at the given place (also a ``FileNotFoundError``), or what was saved
+    there needs what the load was not given (the index holding the vectors, or its class)."""
 
 
 def _pattern(json_path: Path) -> re.Pattern[str]:
@@ -109,3 +125,37 @@ def remove_empty_folders(folders: list[Path]) -> None:
             p.rmdir()
         except OSError:
             break
+
+
+def saving_class(where: str, payload: Mapping[str, Any], given: type | None) -> type[SavingBackend]:
+    """The class whose ``load`` reads a store's index folder: the one saved there (``index_type``;
+    NormIndex where the file predates it), which must be ``given`` unless it is NormIndex."""
+    from normrank.index.norm_index import NormIndex
+
+    saved = payload.get("index_type", NormIndex.__name__)
+    if not isinstance(saved, str):
+        raise CorruptIndexError(f"{where}: index_type must be a class name, got {saved!r}")
+    if given is None and saved == NormIndex.__name__:
+        return NormIndex
+    if given is None:  # (or the file was tampered with: nothing here can load it either way)
+        raise StoreNotFoundError(
+            f"{where}: its vectors were saved by {saved}.save: pass that class to the load "
+            f"(KeyedStore.load(..., index={saved}); the adapters: load_local(..., index=) in "
+            "LangChain, from_persist_dir(..., index=) in LlamaIndex)"
+        )
+    if given.__name__ != saved:
+        raise InvalidParameterError(
+            f"{where}: its vectors were saved by {saved}, not by index={given.__name__}"
+        )
+    if not loads_saved(given):
+        raise NonConformingIndexError(f"index={given.__name__} has no save and load (normrank.SavingBackend)")
+    return given
+
+
+def external_index(external: Mapping[str, Any]) -> str:
+    """The index holding a saved store's vectors, from its file's ``external_index``: its type
+    and where it keeps them (``location``; ``table`` in files saved before issue 47)."""
+    location = external.get("location")
+    if location is None and isinstance(external.get("table"), str):
+        location = f"table {external['table']!r}"
+    return f"a {external.get('type')}" + (f" ({location})" if isinstance(location, str) else "")

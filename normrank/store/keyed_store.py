@@ -31,8 +31,16 @@ from normrank.errors import (
 from normrank.scoring import norm_weight
 from normrank.search.mmr import maximal_marginal_relevance
 from normrank.store import files as store_files
-from normrank.store.checks import check_alpha, check_json_value
-from normrank.store.contract import IndexBackend, check_backend
+from normrank.store.checks import check_alpha, check_json_value, refuse_untrained_factory
+from normrank.store.contract import (
+    IndexBackend,
+    SavingBackend,
+    check_backend,
+    keeps_records,
+    location_of,
+    saves_itself,
+)
+from normrank.store.files import StoreNotFoundError
 from normrank.unit_norms import all_unit, warn_unit_norms
 from normrank.validation import as_k, as_vectors
 
@@ -48,10 +56,6 @@ __all__ = [
 
 #: Keys stay far below int64 overflow whatever a store file claims.
 MAX_STORE_KEY = 2**62
-
-
-class StoreNotFoundError(CorruptIndexError, FileNotFoundError):
-    """Nothing was saved at the given place (also a ``FileNotFoundError``)."""
 
 
 def load_normrank_encoder(name_or_path: str) -> Any:
@@ -106,8 +110,9 @@ class KeyedStore:
             add: anything answering to :class:`normrank.store.contract.IndexBackend` (checked
             here: :class:`~normrank.errors.NonConformingIndexError` names what is missing), such
             as :class:`normrank.backends.pgvector.PgVectorNormIndex` or Qdrant's backends.
-            :meth:`save` then writes the records only; :meth:`load` takes the same index back
-            (``index=``). An index that
+            :meth:`save` writes it into the store's folder where it saves itself
+            (:class:`~normrank.store.contract.SavingBackend`, as NormIndex), else the records
+            only, and :meth:`load` takes the same index back (``index=``). An index that
             keeps the records itself (``keeps_records``, such as
             :class:`normrank.backends.pgvector_records.PgVectorRecordIndex`) gets every write of
             vectors and records as one call (one transaction); :meth:`from_index` reopens it.
@@ -142,7 +147,7 @@ class KeyedStore:
                 reopen = (
                     (
                         " (reopen a store kept in it with KeyedStore.from_index)"
-                        if getattr(index, "keeps_records", False)
+                        if keeps_records(index)
                         else " (a store whose vectors it holds reopens from its saved records: "
                         "KeyedStore.load(..., index=), the adapters' load_local / from_persist_dir "
                         "with index=)"
@@ -199,6 +204,8 @@ class KeyedStore:
             if self.index is None:
                 from normrank.index.norm_index import NormIndex
 
+                # the adapters refuse it when made; here for a dim they could not know then
+                refuse_untrained_factory(self.factory, arr.shape[1], "the adapter's from_index(index)")
                 self.index = NormIndex(arr.shape[1], alpha=self.alpha, factory=self.factory)
                 self.dim = arr.shape[1]
             keys = np.arange(self.next_key, self.next_key + n, dtype=np.int64)
@@ -225,7 +232,7 @@ class KeyedStore:
     @property
     def keeps_records(self) -> bool:
         """Whether the index keeps the records too (in the same database as the vectors)."""
-        return bool(getattr(self.index, "keeps_records", False))
+        return keeps_records(self.index)
 
     @classmethod
     def from_index(
@@ -245,7 +252,7 @@ class KeyedStore:
         ``alpha=None`` takes the alpha the database keeps (``index.stored_alpha()``: the one the
         store was created with, or last saved with); a given alpha applies to this object only,
         until :meth:`save`. A store created here keeps its alpha in the database at once."""
-        if not getattr(index, "keeps_records", False):
+        if not keeps_records(index):
             raise InvalidParameterError(
                 f"from_index needs an index that keeps the records (keeps_records), got {index!r}"
             )
@@ -259,7 +266,7 @@ class KeyedStore:
         if stored is None:
             index.store_alpha(store.alpha)
         rows = index.load_records()
-        where = getattr(index, "records_table", repr(index))
+        where = " ".join(filter(None, (type(index).__name__, location_of(index))))
         for key, sid, rec in rows:
             if not isinstance(rec, dict):
                 raise CorruptIndexError(f"{where}: the record of {sid!r} is not an object")
@@ -288,11 +295,11 @@ class KeyedStore:
         would be in a saved store: :meth:`load` with ``index=``). ``alpha=None`` takes the alpha
         the index keeps (``stored_alpha()``) or has (its ``alpha`` attribute), else 0."""
         check_backend(index)
-        if getattr(index, "keeps_records", False):
+        if keeps_records(index):
             return cls.from_index(
                 index, check_record=check_record, alpha=alpha, alpha_name=alpha_name, raw_hint=raw_hint
             )
-        if alpha is None:
+        if alpha is None:  # the contract's optional alpha
             alpha = getattr(index, "alpha", 0.0)
         return cls(
             alpha=check_alpha(alpha, alpha_name), alpha_name=alpha_name, raw_hint=raw_hint, index=index
@@ -327,11 +334,6 @@ class KeyedStore:
                 check_json_value(rec, f"document {sid!r}")
             self.index.update_records([self._key_of[s] for s in self.records], list(self.records.values()))
             self.index.store_alpha(self.alpha)  # saved with the records, as a store folder keeps it
-
-    def _owns_index(self) -> bool:
-        from normrank.index.norm_index import NormIndex
-
-        return isinstance(self.index, NormIndex)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete the ids that exist; returns how many were deleted."""
@@ -490,7 +492,7 @@ class KeyedStore:
         name = None
         try:
             with self.lock:
-                if self.index is not None and self._owns_index():
+                if self.index is not None and saves_itself(self.index):
                     name = store_files.new_index_dirname(json_path)
                     self.index.save(folder / name)
                 payload = {
@@ -499,11 +501,12 @@ class KeyedStore:
                     "factory": self.factory,
                     "dim": self.dim,
                     "index_dir": name,
+                    "index_type": None if name is None else type(self.index).__name__,  # its load
                     # Where the vectors live when not in index_dir (a database table): load names
                     # it instead of reporting a folder that seems to have lost them.
                     "external_index": None
                     if name is not None or self.index is None
-                    else {"type": type(self.index).__name__, "table": getattr(self.index, "table", None)},
+                    else {"type": type(self.index).__name__, "location": location_of(self.index)},
                     "next_key": self.next_key,
                     "all_unit_so_far": self.all_unit_so_far,
                     "records": [
@@ -528,12 +531,15 @@ class KeyedStore:
         alpha: float | None = None,
         alpha_name: str = "alpha",
         raw_hint: str = "",
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
     ) -> tuple[KeyedStore, dict[str, Any]]:
         """Read a :meth:`save`; every claim of the file is checked, or :class:`CorruptIndexError`.
 
         ``header`` must match the file's; ``check_record`` raises (anything) for a record the
-        adapter cannot use. Returns the store and the whole payload (the adapter's own keys).
+        adapter cannot use. ``index``: the index holding the vectors of a store saved without
+        them, or the :class:`~normrank.store.contract.SavingBackend` class that saved them into
+        the folder where it is not NormIndex. Returns the store and the whole payload (the
+        adapter's own keys).
         """
         if not json_path.parent.is_dir():
             raise StoreNotFoundError(
@@ -589,29 +595,32 @@ class KeyedStore:
             store._take(sid, key, rec, check_record, where)
         store.next_key = next_key
         store.all_unit_so_far = store._warned_unit = payload["all_unit_so_far"]
-        if index is not None:  # the vectors live in that index (saved with index_dir None)
+        if index is not None and not isinstance(index, type):  # the vectors live in that index
             check_backend(index)
             if store.dim is not None and store.dim != int(index.dim):
                 raise CorruptIndexError(f"{where}: dim {store.dim!r} but index= has dim {index.dim}")
             store.index, store.dim = index, int(index.dim)
-        elif payload["index_dir"] is None and isinstance(external := payload.get("external_index"), dict):
-            raise StoreNotFoundError(
-                f"{where}: this store keeps its vectors in a {external.get('type')} (table "
-                f"{external.get('table')!r}), not in this folder: pass that index to the load "
-                "(KeyedStore.load(..., index=); the adapters: load_local(..., index=) in LangChain, "
-                "from_persist_dir(..., index=) in LlamaIndex; a store kept in PostgreSQL with its "
-                "records: from_postgres(connection, table, ...))"
-            )
         elif payload["index_dir"] is not None:
-            from normrank.index.norm_index import NormIndex
-
             index_dir = store_files.checked_index_dir(json_path, payload["index_dir"])
             if not index_dir.is_dir():
                 raise CorruptIndexError(f"{where}: its index folder {index_dir.name} is missing")
-            store.index = NormIndex.load(index_dir)
-            if store.dim != store.index.dim:
+            store.index = check_backend(store_files.saving_class(where, payload, index).load(index_dir))
+            if store.dim != int(store.index.dim):
                 raise CorruptIndexError(f"{where}: dim {store.dim!r} but the index has dim {store.index.dim}")
-            store.index.alpha = store.alpha
+        elif index is not None:
+            raise InvalidParameterError(
+                f"{where}: index={index.__name__} is a class, but this store's vectors were not saved "
+                "in its folder: pass the index that holds them"
+            )
+        elif isinstance(external := payload.get("external_index"), dict):
+            raise StoreNotFoundError(
+                f"{where}: this store keeps its vectors in {store_files.external_index(external)}, "
+                "not in this folder (it does not save itself: "
+                "normrank.SavingBackend): pass that index to the load (KeyedStore.load(..., index=); "
+                "the adapters: load_local(..., index=) in LangChain, from_persist_dir(..., index=) "
+                "in LlamaIndex; a store kept in PostgreSQL with its records: from_postgres(connection, "
+                "table, ...))"
+            )
         have = set() if store.index is None else set(np.asarray(store.index.ids).tolist())
         if have != set(store._id_of):
             raise CorruptIndexError(f"{where}: the records and the index hold different ids")

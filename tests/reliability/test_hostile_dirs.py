@@ -35,7 +35,7 @@ def _manifest(d: Path) -> dict:
 
 
 def _gen(d: Path) -> Path:
-    return d / _manifest(d)["generation"]
+    return d / _manifest(d)["data"]["generation"]
 
 
 def _write_manifest(d: Path, m: dict) -> None:
@@ -45,16 +45,27 @@ def _write_manifest(d: Path, m: dict) -> None:
 def _resign(d: Path) -> None:
     """Recompute sizes and checksums, as an attacker who edits the files would."""
     m = _manifest(d)
-    for name in m["files"]:
+    for name in m["data"]["files"]:
         data = (_gen(d) / name).read_bytes()
-        m["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        m["data"]["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     _write_manifest(d, m)
+
+
+_TOP_KEYS = {"format", "format_version", "options_version"}
+_OPTION_KEYS = {"alpha", "k_factor", "ann", "n_tail", "max_depth", "search_params"}
+
+
+def _update(m: dict, changes: dict) -> None:
+    """Each change into the manifest's section that holds that key (top level, options, data)."""
+    for key, value in changes.items():
+        section = m if key in _TOP_KEYS else m["options"] if key in _OPTION_KEYS else m["data"]
+        section[key] = value
 
 
 def _edit_manifest(**changes) -> Callable[[Path], None]:
     def tamper(d: Path) -> None:
         m = _manifest(d)
-        m.update(changes)
+        _update(m, changes)
         _write_manifest(d, m)
 
     return tamper
@@ -69,7 +80,7 @@ def _replace_file(name: str, data: bytes, count: int | None = None) -> Callable[
         (_gen(d) / name).write_bytes(data)
         if count is not None:
             m = _manifest(d)
-            m["count"] = count
+            m["data"]["count"] = count
             _write_manifest(d, m)
         _resign(d)
 
@@ -157,7 +168,7 @@ def _huge_npys(d: Path) -> None:
         header = b"{'descr': '" + descr + b"', 'fortran_order': False, 'shape': (1000000000000,), }\n"
         (_gen(d) / name).write_bytes(_npy_with_header(header, b"\0" * 64))
     m = _manifest(d)
-    m["count"] = 10**12
+    m["data"]["count"] = 10**12
     _write_manifest(d, m)
     _resign(d)
 
@@ -221,7 +232,13 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "duplicate ids": (_array_file("ids.npy", np.zeros(60, np.int64)), "ids"),
     "nan norm": (_array_file("norms.npy", np.full(60, np.nan, np.float32)), "non-finite"),
     "zero norm": (_array_file("norms.npy", np.zeros(60, np.float32)), "non-positive"),
-    "unknown format version": (_edit_manifest(format_version=2), "format version"),
+    "format version zero": (_edit_manifest(format_version=0), "format version"),
+    "format version a string": (_edit_manifest(format_version="2"), "format version"),
+    "options version missing": (
+        lambda d: _write_manifest(d, {**_manifest(d), "options_version": None}),
+        "options version",
+    ),
+    "no options section": (lambda d: _write_manifest(d, {**_manifest(d), "options": []}), "options section"),
     "not a normrank manifest": (_edit_manifest(format="something-else"), "not a normrank index"),
     "flipped byte in norms": (_flip_norms_byte, "checksum mismatch"),
     "manifest not JSON": (lambda d: (d / "manifest.json").write_bytes(b"\x80{not json"), "not valid JSON"),
@@ -394,11 +411,11 @@ def _save_state_files(d: Path, *, faiss_index=None, edits: dict | None = None, *
     gen = _gen(d)
     if faiss_index is not None:
         (gen / "index.faiss").write_bytes(_faiss_bytes(faiss_index))
-        m["files"].setdefault("index.faiss", {})
+        m["data"]["files"].setdefault("index.faiss", {})
     for name, arr in arrays.items():
         (gen / f"{name}.npy").write_bytes(_npy(arr))
-        m["files"].setdefault(f"{name}.npy", {})
-    m.update(edits or {})
+        m["data"]["files"].setdefault(f"{name}.npy", {})
+    _update(m, edits or {})
     _write_manifest(d, m)
     _resign(d)
 
@@ -499,8 +516,9 @@ RESIGNED: dict[str, tuple[dict, dict, str]] = {
     "k_factor zero": ({"k_factor": 0}, {}, "k_factor"),
     "next_id negative": ({"next_id": -5}, {}, "next_id"),
     "next_id huge": ({"next_id": 2**70}, {}, "next_id"),
-    "ann method unknown": ({"ann": {"method": "magic"}}, {}, "ann"),
-    "ann n_tail negative": ({"ann": {"method": "adaptive", "n_tail": -1}}, {}, "n_tail"),
+    "ann not a string": ({"ann": {"method": "adaptive"}}, {}, "ann"),
+    "n_tail negative": ({"n_tail": -1}, {}, "n_tail"),
+    "max_depth a string": ({"max_depth": "9"}, {}, "max_depth"),
     "factory not a string": ({"factory": 5}, {}, "factory"),
     "norms inf": ({}, {"norms": np.full(60, np.inf, np.float32)}, "non-finite"),
     "norms subnormal": ({}, {"norms": np.full(60, 1e-45, np.float32)}, "float32"),

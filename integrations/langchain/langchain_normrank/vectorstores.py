@@ -35,8 +35,8 @@ from langchain_normrank.filters import MetadataFilter, check_kinds, metadata_pre
 from langchain_normrank.pgvector_compat import check_distance_strategy, libpq_url, pgvector_options
 from langchain_normrank.retrievers import _MMR_ARGS, _SEARCH_ARGS, NormRankRetriever
 from normrank.errors import InvalidInputError, InvalidParameterError
-from normrank.store.checks import UnsupportedOperationError, reject_unknown
-from normrank.store.contract import IndexBackend
+from normrank.store.checks import UnsupportedOperationError, refuse_untrained_factory, reject_unknown
+from normrank.store.contract import IndexBackend, SavingBackend
 from normrank.store.keyed_store import Hit, KeyedStore, StoreBacked, StoreNotFoundError
 
 __all__ = [
@@ -190,6 +190,7 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         if factory is not None and from_index is not None:
             raise InvalidParameterError(f"give index= or factory=, not both (index= means {from_index!r})")
         factory = factory or from_index or "Flat"
+        refuse_untrained_factory(factory, dim, "NormRankVectorStore.from_index(index, embedding)")
         self._store = KeyedStore(alpha=alpha, factory=factory, dim=dim, raw_hint=_RAW_HINT)
 
     # ------------------------------------------------------------------ basics
@@ -713,13 +714,15 @@ class NormRankVectorStore(StoreBacked, AsyncFaissMethods, VectorStore):
         *,
         allow_dangerous_deserialization: bool = False,
         alpha: float | None = None,
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
         **kwargs: Any,
     ) -> NormRankVectorStore:
         """Load a store written by :meth:`save_local`; ``alpha`` overrides the saved default.
 
         ``index``: the index holding the vectors of a store made by :meth:`from_index` (its
-        folder keeps the documents only; without it the load says where the vectors are).
+        folder keeps the documents only; without it the load says where the vectors are), or
+        the class that saved them into the folder (a :class:`normrank.SavingBackend` other than
+        NormIndex).
 
         ``allow_dangerous_deserialization`` is accepted for FAISS code and changes nothing: nothing
         is ever unpickled. A folder holding a LangChain FAISS save (``<index_name>.faiss`` +

@@ -153,3 +153,50 @@ def test_an_index_that_does_not_conform_is_refused_naming_what_is_missing(table)
         NormRankVectorStore.from_index(full, Table(table))
     with pytest.raises(UnsupportedIndexError, match=r"from_index\(index, embedding\)"):
         NormRankVectorStore(Table(table), BruteForceIndex(DIM))  # FAISS's positional index=
+
+
+def test_an_ids_method_is_refused_by_load_local_with_a_typed_error(table, tmp_path):
+    """Issue 46, defect 9: check_backend took an ``ids`` method, and load_local then failed with
+    ``TypeError: 'method' object is not iterable``."""
+    store = filled(table, BruteForceIndex(DIM))
+    store.save_local(tmp_path / "s")
+
+    class IdsMethod(BruteForceIndex):
+        def ids(self):  # the contract reads ids as a value
+            return self._ids.copy()
+
+    odd = IdsMethod(DIM)
+    odd.add(np.stack([table[t] for t in texts_and_metadata()[0]]), ids=np.arange(N))
+    with pytest.raises(NonConformingIndexError, match="ids is a method"):
+        NormRankVectorStore.load_local(tmp_path / "s", Table(table), index=odd)
+
+
+@pytest.mark.parametrize("factory", ["IVF4,Flat", "IVF4,PQ4", "PQ4", "SQ8"])
+def test_a_factory_that_needs_training_is_refused_when_the_store_is_made(table, factory):
+    """Issue 46, defect 10: from_texts(..., factory="IVF4,Flat") failed at its add saying
+    "call train(x) first", which no store user can do; refused now, naming from_index."""
+    texts, metas, ids = texts_and_metadata()
+    for make in (
+        lambda: NormRankVectorStore.from_texts(texts, Table(table), metas, ids=ids, factory=factory),
+        lambda: NormRankVectorStore(Table(table), factory=factory),
+    ):
+        with pytest.raises(InvalidParameterError) as e:
+            make()
+        said = str(e.value)
+        assert "NormRankVectorStore.from_index(index, embedding)" in said and "index.train(sample)" in said
+
+
+def test_a_trained_norm_index_through_from_index_is_the_way(table, tmp_path):
+    """The way the refusal names: a NormIndex trained on a sample, handed to from_index; it is
+    saved in the store's folder and loaded back without index=."""
+    sample = np.stack(list(table.values()))
+    index = NormIndex(DIM, factory="IVF4,Flat", nprobe=4)  # every list: exact
+    index.train(sample)
+    store = filled(table, index)
+    store.save_local(tmp_path / "s")
+    again = NormRankVectorStore.load_local(tmp_path / "s", Table(table))
+    assert isinstance(again.index, NormIndex) and again.index.faiss_index.ntotal == N
+    got = again.similarity_search_with_score("t60", k=5)
+    want = numpy_top(table, "t60", list(range(N)), -0.5, 5)
+    assert [d.id for d, _ in got] == [i for i, _ in want]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-5)

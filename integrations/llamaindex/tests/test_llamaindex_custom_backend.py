@@ -142,3 +142,22 @@ def test_an_index_that_does_not_conform_is_refused_naming_what_is_missing():
     with pytest.raises(InvalidParameterError, match="from_persist_dir"):
         NormRankVectorStore.from_index(full)
     assert NormRankVectorStore.from_index(BruteForceIndex(DIM, alpha=0.75)).norm_alpha == 0.75
+
+
+def test_a_factory_needing_training_names_from_index_over_a_trained_norm_index(tmp_path):
+    """The check the LangChain store now shares (issue 46, defect 10): refused when made, with
+    the way that works; and that way persists the trained NormIndex in the folder."""
+    from normrank import NormIndex
+
+    with pytest.raises(InvalidParameterError, match=r"NormRankVectorStore\.from_index\(index\)"):
+        NormRankVectorStore(dim=DIM, factory="IVF4,Flat")
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(40, DIM)) * rng.lognormal(size=(40, 1))).astype(np.float32)
+    index = NormIndex(DIM, factory="IVF4,Flat", nprobe=4)
+    index.train(x)
+    store = NormRankVectorStore.from_index(index, norm_alpha=-0.5)
+    store.add([TextNode(id_=f"n{i}", text=f"n{i}", embedding=v.tolist()) for i, v in enumerate(x)])
+    store.persist(str(tmp_path / "store.json"))
+    again = NormRankVectorStore.from_persist_path(str(tmp_path / "store.json"))
+    query = VectorStoreQuery(query_embedding=x[7].tolist(), similarity_top_k=3)
+    assert isinstance(again.client, NormIndex) and again.query(query).ids == store.query(query).ids

@@ -43,8 +43,8 @@ from llama_index.vector_stores.normrank._sql_filters import sql_where
 
 from normrank.errors import CorruptIndexError, InvalidInputError, InvalidParameterError
 from normrank.store import files as store_files
-from normrank.store.checks import check_json_value, reject_unknown
-from normrank.store.contract import IndexBackend
+from normrank.store.checks import check_json_value, refuse_untrained_factory, reject_unknown
+from normrank.store.contract import IndexBackend, SavingBackend
 from normrank.store.keyed_store import KeyedStore, StoreBacked, StoreNotFoundError
 
 _RAW_HINT = (
@@ -133,7 +133,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             k: v for k, v in kwargs.items() if k not in ("stores_text", "flat_metadata", "is_embedding_query")
         }
         reject_unknown(extra, ("dim", "norm_alpha", "factory"), "NormRankVectorStore()", _ALPHA_HINT)
-        _refuse_untrained(factory, dim)
+        refuse_untrained_factory(factory, dim, "NormRankVectorStore.from_index(index)")
         store = KeyedStore(
             alpha=norm_alpha, factory=factory, dim=dim, alpha_name="norm_alpha", raw_hint=_RAW_HINT
         )
@@ -410,12 +410,14 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         persist_path: str,
         fs: fsspec.AbstractFileSystem | None = None,
         *,
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
     ) -> NormRankVectorStore:
         """Load a store written by :meth:`persist` (given the path it was persisted to).
 
         ``index``: the index holding the vectors of a store made by :meth:`from_index` (its
-        files keep the nodes only; without it the load says where the vectors are)."""
+        files keep the nodes only; without it the load says where the vectors are), or the
+        class that saved them into the folder (a :class:`normrank.SavingBackend` other than
+        NormIndex)."""
         _local_only(fs)
         path = _real_path(Path(persist_path))
         core = KeyedStore.load(
@@ -499,7 +501,7 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
         namespace: str = "default",
         fs: fsspec.AbstractFileSystem | None = None,
         *,
-        index: IndexBackend | None = None,
+        index: IndexBackend | type[SavingBackend] | None = None,
     ) -> NormRankVectorStore:
         """Load the store that ``StorageContext.persist(persist_dir)`` wrote for ``namespace``
         (``index``: as :meth:`from_persist_path`)."""
@@ -507,24 +509,6 @@ class NormRankVectorStore(StoreBacked, BasePydanticVectorStore):
             os.path.join(persist_dir, f"{namespace}{_NAMESPACE_SEP}{DEFAULT_PERSIST_FNAME}"),
             fs=fs,
             index=index,
-        )
-
-
-def _refuse_untrained(factory: Any, dim: int | None) -> None:
-    """Refuse at construction a factory whose FAISS index needs training (IVF, PQ, SQ...): the
-    store never trains one, so its first add would fail with advice (train(x)) no user can follow."""
-    if not isinstance(factory, str) or factory == "Flat":
-        return
-    import faiss
-
-    try:
-        trained = faiss.index_factory(dim or 96, factory, faiss.METRIC_INNER_PRODUCT).is_trained
-    except Exception:  # a malformed factory: the store's own check says what is wrong
-        return
-    if not trained:
-        raise InvalidParameterError(
-            f"factory={factory!r} builds a FAISS index that must be trained before the first add, and "
-            "NormRankVectorStore does not train one: use 'Flat' (exact) or 'HNSW32' (approximate)"
         )
 
 
