@@ -193,7 +193,7 @@ def test_widened_ranges_are_asked_again_while_full(syn, alpha, monkeypatch):
     monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: calls.append(len(r)) or query(self, r))
     assert_same_top(*ei.search(q, 10, alpha=alpha), *ref.search(q, 10, alpha=alpha))
     assert len(calls) > 3  # deeper and deeper
-    monkeypatch.setattr(qdrant_edge, "bound_holds", lambda *a: True)
+    monkeypatch.setattr(qdrant_edge, "unseen_can_beat", lambda *a: False)
     _, ids = ei.search(q, 10, alpha=alpha)
     assert (ids != ref.search(q, 10, alpha=alpha)[1]).any()
 
