@@ -203,8 +203,8 @@ def merge_one(scores: np.ndarray, ids: np.ndarray, i: int, more_ids: list, more_
 
 # normrank.search.plan.plan_search's depth and trusted rank for an HNSW at efSearch {ef}, in SQL
 # for the function's own k (integer division as Python's //; the table's row count caps the
-# depth through LIMIT, the trusted rank through the rows fetched). tests/test_pgvector.py checks
-# them against plan_search.
+# depth through LIMIT, the trusted rank through the rows fetched). tests/test_pgvector_plan.py
+# checks them against plan_search over a grid of (k, k_factor, ef).
 PLAN_DEPTH = "least(greatest(k * {kf}, {ef} / 8), greatest({ef}, k))"
 PLAN_TRUST = "least(" + PLAN_DEPTH + ", greatest(2 * k, {ef} / 8))"
 
