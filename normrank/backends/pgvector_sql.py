@@ -227,9 +227,10 @@ def weight_limit_sql(kth: str, c: str, dim: int) -> str:
 
 
 # The SQL function: the one bound (normrank.search.bound, its text from can_beat_sql and
-# weight_limit_sql) at the plan's depths, with the band read off the bound in one step. The index scan's breadth is capped at pgvector's 1,000
-# (deeper candidates come from the iterative scan, where the server has one); a plain query the
-# index scan answers short (dead rows in the graph) is answered by an exact scan.
+# weight_limit_sql) at the plan's depths, with the band read off the bound in one step. The
+# index scan's breadth is capped at pgvector's 1,000 (deeper candidates come from the iterative
+# scan, where the server has one); a plain query the index scan answers short (dead rows in the
+# graph) is answered by an exact scan.
 _FUNCTION = (
     """
 DECLARE
