@@ -13,7 +13,8 @@ import faiss
 import numpy as np
 
 from normrank import topk
-from normrank.search.ann import IdLookup, unseen_bound
+from normrank.search.ann import IdLookup
+from normrank.search.bound import unseen_can_beat
 from normrank.search.faiss_info import ann_params
 
 _GROWTH = 4
@@ -89,7 +90,7 @@ def depth_growing_search(
             pos = np.concatenate([pos, tail_p[active]], axis=1)
         s, picked = _select(rescored, pos, k)
         exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
-        proven = s[:, -1] >= unseen_bound(cos[:, -1].astype(np.float64), w_max, w_min)
+        proven = ~unseen_can_beat(s[:, -1], cos[:, -1].astype(np.float64), w_max, w_min, unit_q.shape[1])
         done = exhausted | proven | (depth >= max_depth)
         out_s[active[done]] = s[done]
         out_p[active[done]] = picked[done]

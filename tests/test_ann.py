@@ -14,7 +14,8 @@ from conftest import assert_same_topk
 from normrank import NormIndex
 from normrank.errors import InvalidParameterError
 from normrank.search import ann as ann_module
-from normrank.search.ann import IdLookup, WeightOrder, adaptive_search, scan_needed, unseen_bound
+from normrank.search.ann import IdLookup, WeightOrder, adaptive_search, scan_needed
+from normrank.search.bound import unseen_can_beat, weight_limit
 from normrank.search.plan import SearchPlan, SearchStats, plan_search
 from normrank.search.rows import row_source
 
@@ -171,32 +172,31 @@ def test_remove_and_custom_ids(data):
 
 
 def test_scan_needed_is_where_the_bound_first_holds():
-    """The binary search stops where walking the weight order would: the bound holds at ``need``
-    and not just before it (up to float rounding, as the search divides where the bound
-    multiplies)."""
+    """The binary search stops where walking the weight order would: the one bound
+    (:func:`normrank.search.bound.unseen_can_beat`) says no at ``need`` and yes just before it,
+    k-th scores placed exactly on the bare bound ``c * w`` and on the margin's limit included
+    (there the search divides where the bound multiplies: compared a float64 ulp or two off)."""
     rng = np.random.default_rng(3)
+    dim = 384
     w = np.sort(rng.lognormal(0, 0.6, 300).astype(np.float32))[::-1]
     w[100:110] = w[100]  # equal weights
     kth = rng.normal(0, 1.5, 400)
-    c_last = np.concatenate([rng.uniform(-1, 1, 398), [0.0, 1.0]])
-    kth[:50] = c_last[:50] * w[rng.integers(0, 300, 50)]  # kth exactly on a bound
-    need = scan_needed(kth, c_last, -w.astype(np.float64), float(w.min()))
+    c_last = np.concatenate([rng.uniform(-1, 1, 396), [0.0, 1.0, -1e-5, -1e-3]])
+    at = rng.integers(0, 300, 100)
+    kth[:50] = c_last[:50] * w[at[:50]]  # kth exactly on the bare bound
+    kth[50:100] = w[at[50:]] / weight_limit(1.0, c_last[50:100], dim)  # on the margin's limit
+    need = scan_needed(kth, c_last, -w.astype(np.float64), dim)
 
-    def bound(i: int, t: int) -> float:
-        return float(unseen_bound(np.array(c_last[i]), float(w[t]), float(w.min())))
+    def beats(i: int, t: int, nudge: float) -> bool:
+        k_th = kth[i] + nudge * abs(kth[i])
+        return bool(unseen_can_beat(k_th, c_last[i], float(w[t]), float(w.min()), dim))
 
     for i in range(kth.size):
-        slack = 1e-6 * abs(kth[i])
         if need[i] < w.size:
-            assert kth[i] >= bound(i, need[i]) - slack
+            assert not beats(i, need[i], 1e-14), i
         if need[i] > 0:
-            assert kth[i] < bound(i, need[i] - 1) + slack
+            assert beats(i, need[i] - 1, -1e-14), i
     assert (need == 0).any() and (need == w.size).any() and ((need > 0) & (need < w.size)).any()
-
-
-def test_unseen_bound_sign():
-    # A negative last cosine is hurt least by the smallest weight.
-    np.testing.assert_allclose(unseen_bound(np.array([0.5, -0.5]), 4.0, 0.25), [2.0, -0.125])
 
 
 def test_id_lookup_dense_and_sparse():

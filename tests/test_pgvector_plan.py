@@ -141,3 +141,38 @@ def test_the_sql_function_computes_the_plan_depths(pg_uri):
             for k, depth, trust in got:
                 plan = plan_search(k, kf, 10**9, {"efSearch": ef})
                 assert (depth, trust) == (plan.depth, plan.trust), (k, kf, ef)
+
+
+def test_the_sql_bound_is_the_python_bound_bit_for_bit(pg_uri):
+    """The SQL function's stop test and band edge (:func:`S.can_beat_sql`,
+    :func:`S.weight_limit_sql`), evaluated by PostgreSQL, equal
+    :func:`normrank.search.bound.unseen_can_beat` and :func:`~normrank.search.bound.weight_limit`
+    exactly, over a grid of k-th scores, trusted cosines and weights of both signs, points
+    placed right on the bound's edge included (it once had a margin of its own: ``1e-6 |kth|``
+    on the score, ``1 -+ 1e-6`` on the edge)."""
+    from normrank.search.bound import SCORE_ROUNDING, cosine_slack, unseen_can_beat, weight_limit
+
+    rng = np.random.default_rng(47)
+    dim = 384
+    kth = np.concatenate([rng.normal(0, 2, 300), [0.0, -0.0, 1e-300, -1e-300]])
+    c = np.concatenate([rng.uniform(-1, 1, 300), [0.0, -cosine_slack(dim), 1.0, -1.0]])
+    w_hi = rng.lognormal(0, 2, kth.size)
+    w_lo = w_hi * rng.uniform(0, 1, kth.size)
+    top = np.maximum((c + cosine_slack(dim)) * w_hi, (c + cosine_slack(dim)) * w_lo)
+    edge = top + SCORE_ROUNDING * np.abs(top)
+    kth[:100] = edge[:100] + rng.choice([-1, 0, 1], 100) * 1e-13 * np.abs(edge[:100])  # on the edge
+    beat_sql = S.can_beat_sql("v.kth", "v.c", "v.w_hi", "v.w_lo", dim)
+    limit_sql, limit_ok_sql = S.weight_limit_sql("v.kth", "v.c", dim)
+    q = (
+        f"SELECT {beat_sql}, CASE WHEN {limit_ok_sql} THEN {limit_sql} END "
+        "FROM unnest(%s::float8[], %s::float8[], %s::float8[], %s::float8[]) WITH ORDINALITY "
+        "AS v(kth, c, w_hi, w_lo, o) ORDER BY v.o"
+    )
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        rows = conn.execute(q, (kth.tolist(), c.tolist(), w_hi.tolist(), w_lo.tolist())).fetchall()
+    want_beat = unseen_can_beat(kth, c, w_hi, w_lo, dim)
+    assert [r[0] for r in rows] == want_beat.tolist()
+    assert want_beat[:100].any() and not want_beat[:100].all()  # both sides of the edge met
+    for (_, limit), k_th, cos in zip(rows, kth, c, strict=True):
+        if limit is not None:
+            assert limit == weight_limit(float(k_th), float(cos), dim), (k_th, cos)

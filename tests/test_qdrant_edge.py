@@ -193,7 +193,7 @@ def test_widened_ranges_are_asked_again_while_full(syn, alpha, monkeypatch):
     monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: calls.append(len(r)) or query(self, r))
     assert_same_top(*ei.search(q, 10, alpha=alpha), *ref.search(q, 10, alpha=alpha))
     assert len(calls) > 3  # deeper and deeper
-    monkeypatch.setattr(qdrant_edge, "bound_holds", lambda *a: True)
+    monkeypatch.setattr(qdrant_edge, "unseen_can_beat", lambda *a: False)
     _, ids = ei.search(q, 10, alpha=alpha)
     assert (ids != ref.search(q, 10, alpha=alpha)[1]).any()
 
@@ -218,6 +218,31 @@ def test_per_query_alpha_and_single_queries(syn):
     assert_same_top(s, ids, *ref.search(q, 10, alpha=alphas))
     _s1, i1 = ei.search(q[3], 10, alpha=float(alphas[3]))
     np.testing.assert_array_equal(i1[0], ids[3])
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.5])
+def test_max_depth_caps_the_cosine_prefetch_as_normindex(syn, alpha, monkeypatch):
+    """``max_depth`` caps the first round's cosine prefetch at the plan's depth, as NormIndex's
+    (issue 47: the Edge backend did not pass it); the bound widens the band over what the
+    shallower prefetch leaves, and the answer stays exact."""
+    from normrank.search.plan import plan_search
+
+    ei, ref, q, _ = syn
+    depths = []
+    request = QdrantEdgeNormIndex._request
+    monkeypatch.setattr(
+        QdrantEdgeNormIndex,
+        "_request",
+        lambda self, v, k, a, depth: depths.append(depth) or request(self, v, k, a, depth),
+    )
+    ei.k_factor, ei.max_depth = 10, 12
+    try:
+        s, ids = ei.search(q, 10, alpha=alpha)
+    finally:
+        ei.k_factor, ei.max_depth = 2, None
+    want = plan_search(10, 10, len(ei), {}, max_depth=12).depth
+    assert want == 12 and depths == [want] * q.shape[0]
+    assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
 
 
 def test_hnsw_parameters_reach_the_engine(tmp_path):
@@ -481,7 +506,8 @@ def test_first_band_seen_in_part_is_searched_again(syn_cosine_first, alpha, monk
 @pytest.mark.parametrize(
     ("attr", "bad"),
     [("hnsw_ef", 0), ("hnsw_ef", -1), ("hnsw_ef", 2.5), ("hnsw_ef", "64"), ("k_factor", 0),
-     ("k_factor", 2.5), ("n_tail", -5), ("n_tail", 1.5), ("exact", "no"), ("exact", 2)],
+     ("k_factor", 2.5), ("n_tail", -5), ("n_tail", 1.5), ("max_depth", -1), ("max_depth", 2.5),
+     ("exact", "no"), ("exact", 2)],
 )  # fmt: skip
 def test_option_set_after_construction_is_checked(small, attr, bad):
     ei, _x, _q = small

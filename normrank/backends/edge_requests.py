@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from normrank.backends.edge_shard import NORM, WEIGHT, edge_module
-from normrank.search.norm_band import LOG_WEIGHT_CAP, SCORE_RTOL
+from normrank.search.bound import cosine_limit
+from normrank.search.norm_band import LOG_WEIGHT_CAP
 
 __all__ = ["EdgeRequests", "merge_into", "top_unique"]
 
@@ -29,6 +30,7 @@ class EdgeRequests:
     """Mixin of the Edge index: builds the engine's requests from the mirror
     (:class:`~normrank.backends.edge_shard.ShardMirror`) and the search options."""
 
+    dim: int
     exact: bool
     hnsw_ef: int
     _derived: dict[Any, Any]
@@ -155,7 +157,7 @@ class EdgeRequests:
                 )
             )
         for _size, edge, inner, w_max, _rank, limit in ranges:
-            threshold = _threshold(kth, w_max)
+            threshold = _threshold(kth, w_max, self.dim)
             prefetch.append(
                 qe.Prefetch(
                     limit=limit,
@@ -177,14 +179,15 @@ class EdgeRequests:
         return qe.QueryRequest(limit=limit, query=formula, prefetches=prefetch)
 
 
-def _threshold(kth: float, w_max: float) -> float | None:
-    """The cosine a range's point needs to reach ``kth`` with weight at most ``w_max``: a hair low,
-    against float32 rounding; none for kth <= 0, where a negative cosine times a small weight can
-    still reach it; above any cosine where every weight of the range underflowed to 0 (the core's
-    saturation), so that all its points score 0 < kth."""
+def _threshold(kth: float, w_max: float, dim: int) -> float | None:
+    """The cosine a range's point needs to reach ``kth`` with weight at most ``w_max``
+    (:func:`normrank.search.bound.cosine_limit`: low by the bound's margin); none for kth <= 0,
+    where a negative cosine times a small weight can still reach it; above any cosine where every
+    weight of the range underflowed to 0 (the core's saturation), so that all its points score
+    0 < kth."""
     if kth <= 0:
         return None
-    return (kth - SCORE_RTOL * abs(kth)) / w_max if w_max > 0 else 2.0
+    return cosine_limit(kth, w_max, dim) if w_max > 0 else 2.0
 
 
 def top_unique(pid: np.ndarray, sc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

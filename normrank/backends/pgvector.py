@@ -564,4 +564,6 @@ class PgVectorNormIndex(Searches):
         # The plan at this ef_search, as the client's searches; sent within pgvector's limit (a
         # wider breadth scans at its limit).
         ef = self.ef_search
-        self._run(lambda c: S.install_function(c, self._t, fn, self.k_factor, ef, self._iterative, EF_CAP))
+        self._run(
+            lambda c: S.install_function(c, self._t, fn, self.dim, self.k_factor, ef, self._iterative, EF_CAP)
+        )

@@ -37,8 +37,9 @@ from normrank.backends import pgvector_sql as S
 from normrank.errors import IndexStateError
 from normrank.scoring import WEIGHT_CAP
 from normrank.search.ann import rerank
+from normrank.search.bound import unseen_can_beat
 from normrank.search.cache import SearchCache
-from normrank.search.norm_band import band_edge, bound_holds
+from normrank.search.norm_band import band_edge
 from normrank.search.plan import SearchPlan, SearchStats
 from normrank.search.rows import PrefixCopy
 
@@ -314,7 +315,7 @@ def sql_band(
     rows = S.first_rows(conn, t, unit_q[rest], alphas[rest], k, depth, trust, band0)
     for j, i in enumerate(rest):
         S.fill_one(scores, ids, i, rows[j][0], rows[j][1])
-    edges = sql_edges(rows, alphas[rest], k, band0)
+    edges = sql_edges(rows, alphas[rest], k, band0, unit_q.shape[1])
     wide = ~np.isnan(edges)
     if wide.any():
         wq = rest[wide]
@@ -324,10 +325,10 @@ def sql_band(
     return int(wide.sum())
 
 
-def sql_edges(rows: list, alphas: np.ndarray, k: int, band0: int) -> np.ndarray:
-    """Per query of a first round, NaN where nothing unseen can enter the top-k (the bound of
-    :func:`normrank.search.norm_band.bound_holds`, or every row fetched), else the band edge
-    the second round must score beyond."""
+def sql_edges(rows: list, alphas: np.ndarray, k: int, band0: int, dim: int) -> np.ndarray:
+    """Per query of a first round, NaN where nothing unseen can enter the top-k
+    (:func:`normrank.search.bound.unseen_can_beat` of vectors of length ``dim``, or every row
+    fetched), else the band edge the second round must score beyond."""
     out = np.full(len(rows), np.nan)
     for j, (_, top_s, c_t, n_band, first_edge, b_lo, b_hi) in enumerate(rows):
         a = float(alphas[j])
@@ -336,15 +337,15 @@ def sql_edges(rows: list, alphas: np.ndarray, k: int, band0: int) -> np.ndarray:
         w_edge = float(weight_of(first_edge if band0 else (b_hi if a > 0 else b_lo), a))
         w_lo = float(min(weight_of(b_lo, a), weight_of(b_hi, a)))
         kth = float(top_s[k - 1]) if len(top_s) >= k else -np.inf
-        if not bound_holds(kth, c_t, w_edge, w_lo):
-            out[j] = _band_edge(kth, c_t, a)
+        if unseen_can_beat(kth, c_t, w_edge, w_lo, dim):
+            out[j] = _band_edge(kth, c_t, a, dim)
     return out
 
 
-def _band_edge(kth: float, c_t: float, alpha: float) -> float:
+def _band_edge(kth: float, c_t: float, alpha: float, dim: int) -> float:
     """The shared band edge (:func:`normrank.search.norm_band.band_edge`); every row when the
     bound cannot shrink, as the Qdrant backend's."""
-    edge = band_edge(kth, c_t, alpha)
+    edge = band_edge(kth, c_t, alpha, dim)
     if edge is None:
         return 0.0 if alpha > 0 else math.inf
     return edge

@@ -18,6 +18,7 @@ import numpy as np
 
 from normrank.errors import DimensionMismatchError, IndexStateError
 from normrank.scoring import WEIGHT_CAP
+from normrank.search.bound import SCORE_ROUNDING, cosine_slack
 
 _LN_CAP = repr(math.log(WEIGHT_CAP))
 BASE = "coalesce(weight, norm)"
@@ -202,15 +203,34 @@ def merge_one(scores: np.ndarray, ids: np.ndarray, i: int, more_ids: list, more_
 
 # normrank.search.plan.plan_search's depth and trusted rank for an HNSW at efSearch {ef}, in SQL
 # for the function's own k (integer division as Python's //; the table's row count caps the
-# depth through LIMIT, the trusted rank through the rows fetched). tests/test_pgvector.py checks
-# them against plan_search.
+# depth through LIMIT, the trusted rank through the rows fetched). tests/test_pgvector_plan.py
+# checks them against plan_search over a grid of (k, k_factor, ef).
 PLAN_DEPTH = "least(greatest(k * {kf}, {ef} / 8), greatest({ef}, k))"
 PLAN_TRUST = "least(" + PLAN_DEPTH + ", greatest(2 * k, {ef} / 8))"
 
-# The SQL function: the same bound (normrank.search.ann.unseen_bound) at the plan's depths, with
-# the band read off the bound in one step. The index scan's breadth is capped at pgvector's 1,000
-# (deeper candidates come from the iterative scan, where the server has one); a plain query the
-# index scan answers short (dead rows in the graph) is answered by an exact scan.
+
+def can_beat_sql(kth: str, c: str, w_hi: str, w_lo: str, dim: int) -> str:
+    """SQL text of :func:`normrank.search.bound.unseen_can_beat` (its operations in its order,
+    its margins as literals: float8 gives the same answer bit for bit) over the SQL expressions
+    ``kth``, ``c`` (trusted cosine), ``w_hi`` / ``w_lo`` (largest and smallest weight), for
+    vectors of length ``dim``."""
+    c_hi = f"({c} + {cosine_slack(dim)!r}::float8)"
+    top = f"greatest({c_hi} * {w_hi}, {c_hi} * {w_lo})"
+    return f"({top} + {SCORE_ROUNDING!r}::float8 * abs({top}) > {kth})"
+
+
+def weight_limit_sql(kth: str, c: str, dim: int) -> str:
+    """SQL text of :func:`normrank.search.bound.weight_limit`, and of the condition under which
+    it means something (the trusted cosine plus its margin positive): ``(limit, condition)``."""
+    c_hi = f"({c} + {cosine_slack(dim)!r}::float8)"
+    return f"({kth} / ({c_hi} * {1.0 + SCORE_ROUNDING!r}::float8))", f"({c_hi} > 0)"
+
+
+# The SQL function: the one bound (normrank.search.bound, its text from can_beat_sql and
+# weight_limit_sql) at the plan's depths, with the band read off the bound in one step. The
+# index scan's breadth is capped at pgvector's 1,000 (deeper candidates come from the iterative
+# scan, where the server has one); a plain query the index scan answers short (dead rows in the
+# graph) is answered by an exact scan.
 _FUNCTION = (
     """
 DECLARE
@@ -253,14 +273,14 @@ BEGIN
   kth := CASE WHEN got >= k THEN top_s[k] ELSE '-Infinity'::float8 END;
   w_hi := greatest({w_lo_b}, {w_hi_b});
   w_lo := least({w_lo_b}, {w_hi_b});
-  IF got > 0 AND kth >= (CASE WHEN c_t >= 0 THEN c_t * w_hi ELSE c_t * w_lo END) + 1e-6 * abs(kth) THEN
+  IF got > 0 AND NOT {can_beat} THEN
     RETURN QUERY SELECT u.i, u.s FROM unnest(top_ids[1:k], top_s[1:k]) AS u(i, s);
     RETURN;
   END IF;
-  IF got = 0 OR c_t <= 0 OR kth <= 0 THEN
+  IF got = 0 OR NOT {limit_holds} OR kth <= 0 THEN
     edge := CASE WHEN alpha > 0 THEN 0 ELSE 'Infinity'::float8 END;
   ELSE
-    edge := exp(least(ln(kth / c_t) / alpha, 700)) * CASE WHEN alpha > 0 THEN 1 - 1e-6 ELSE 1 + 1e-6 END;
+    edge := exp(least(ln({limit}) / alpha, 700));
   END IF;
   RETURN QUERY SELECT y.i, y.s FROM (
       SELECT u.i, u.s FROM unnest(top_ids, top_s) AS u(i, s)
@@ -277,17 +297,18 @@ END
 
 
 def install_function(
-    conn: Any, t: Any, name: str, k_factor: int, ef_search: int, iterative: bool, ef_cap: int
+    conn: Any, t: Any, name: str, dim: int, k_factor: int, ef_search: int, iterative: bool, ef_cap: int
 ) -> None:
     """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
     bigint, score float8)`` over table ``t``; its body is composed with the table as an
     Identifier and passed as one quoted literal. STABLE: both of its rounds read the snapshot
     of the statement that calls it, whatever other clients commit meanwhile. ``ef_search``: the
     breadth the plan is made for (as the client's searches), sent capped at pgvector's
-    ``ef_cap``; ``iterative``: the server's pgvector has ``hnsw.iterative_scan`` (>= 0.8), set
+    ``ef_cap``; ``dim``: the table's vector length (the bound's cosine margin); ``iterative``: the server's pgvector has ``hnsw.iterative_scan`` (>= 0.8), set
     for the function's calls only, as its ``ef_search``."""
     from psycopg import sql
 
+    limit, limit_holds = weight_limit_sql("kth", "c_t", dim)
     body = (
         sql.SQL(_FUNCTION)
         .format(
@@ -298,6 +319,9 @@ def install_function(
             w_row=sql.SQL(W("alpha", "coalesce(t.weight, t.norm)")),
             w_lo_b=sql.SQL(W("alpha", "b_lo")),
             w_hi_b=sql.SQL(W("alpha", "b_hi")),
+            can_beat=sql.SQL(can_beat_sql("kth", "c_t", "w_hi", "w_lo", dim)),
+            limit=sql.SQL(limit),
+            limit_holds=sql.SQL(limit_holds),
         )
         .as_string(conn)
     )

@@ -22,14 +22,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.errors import DuplicateIdError, IndexStateError, MissingDependencyError, UnknownIdError
+from normrank.search.bound import cosine_ceiling, unseen_can_beat
 from normrank.search.norm_band import (
     LOG_WEIGHT_CAP,
     band_edge,
-    bound_holds,
     first_band,
     hnsw_params,
     powered,
     saturates,
+    search_depths,
     start_search,
 )
 from normrank.validation import (
@@ -355,7 +356,8 @@ class QdrantNormIndex:
         st = self._norm_stats()
         if st["n"] == 0:
             return scores, ids
-        depth = min(st["n"], k * self.k_factor)
+        # The plan's depth for an exact cosine source (this backend sets no hnsw_ef): k * k_factor.
+        depth = search_depths(int(st["n"]), k, self.k_factor, hnsw_params(None))[0]
         # The first band is the cached tail; a query whose bound does not hold widens it once.
         tau = np.where(alphas < 0, st["t_lo"], st["t_hi"])
         band = np.full(nq, st["tail"], dtype=np.int64)
@@ -377,7 +379,9 @@ class QdrantNormIndex:
                 scores[i, : len(got)] = [p.score for p in got]
                 ids[i, : len(got)] = [int(p.id) for p in got]
                 wider = (
-                    None if a == 0 else self._band_needed(pts, k, a, depth, float(tau[i]), int(band[i]), st)
+                    None
+                    if a == 0
+                    else self._band_needed(pts, k, a, depth, float(tau[i]), int(band[i]), st, self.dim)
                 )
                 if wider is not None:
                     tau[i], band[i] = wider, self._band_size(wider, a)
@@ -387,14 +391,15 @@ class QdrantNormIndex:
 
     @staticmethod
     def _band_needed(
-        pts: list, k: int, alpha: float, depth: int, tau: float, band: int, st: dict[str, float]
+        pts: list, k: int, alpha: float, depth: int, tau: float, band: int, st: dict[str, float], dim: int
     ) -> float | None:
-        """None when nothing outside the fetched points can enter the top-k (the bound of
-        :mod:`normrank.search.ann`); otherwise the band edge at which it would hold.
+        """None when nothing outside the fetched points can enter the top-k
+        (:func:`normrank.search.bound.unseen_can_beat`); otherwise the band edge at which it would
+        hold (:func:`normrank.search.norm_band.band_edge`).
 
         A point outside the band has weight at most ``tau**alpha`` and, when not fetched, cosine
-        at most ``c_last``, the last fetched from the rest. The band edge that bounds the rest
-        by the k-th score is ``(kth / c_last) ** (1 / alpha)``, for either sign of alpha."""
+        at most ``c_last``, the last fetched from the rest (read back from its float32 formula
+        score: :func:`normrank.search.bound.cosine_ceiling`)."""
         norms = np.array([p.payload[_NORM] for p in pts], dtype=np.float64)
         s = np.array([p.score for p in pts], dtype=np.float64)
         rest = (norms <= tau if alpha > 0 else norms >= tau) if band else np.ones(norms.size, dtype=bool)
@@ -403,14 +408,12 @@ class QdrantNormIndex:
         # Weights saturated as the core's (the formula's own): never inf, 0 where they underflow.
         w_edge = float(powered(tau, alpha))  # with no band, tau is the extreme norm: the largest weight
         w_lo = float(min(powered(st["min"], alpha), powered(st["max"], alpha)))
-        w_rest = powered(norms[rest], alpha)
-        # A weight that underflowed hides its cosine: count it as 1 (the band then widens).
-        c_last = float(np.min(np.divide(s[rest], w_rest, out=np.ones_like(w_rest), where=w_rest > 0)))
+        c_last = float(np.min(cosine_ceiling(s[rest], powered(norms[rest], alpha))))
         kth = s[k - 1] if len(pts) >= k else -np.inf
-        if bound_holds(kth, c_last, w_edge, w_lo):
+        if not unseen_can_beat(kth, c_last, w_edge, w_lo, dim):
             return None
         everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
-        edge = band_edge(kth, c_last, alpha)
+        edge = band_edge(kth, c_last, alpha, dim)
         if edge is None:  # the bound cannot shrink: every point goes in the band
             return everything
         moved_out = edge < tau if alpha > 0 else edge > tau

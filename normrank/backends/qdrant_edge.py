@@ -5,7 +5,7 @@ segments, HNSW, payload indexes and formula code, stored in one shard folder. Un
 in a cosine shard, the raw norm in each point's payload (``"norm"``, with a float index). The
 method is that of :mod:`normrank.search.ann` and the client backend: a band of extreme norms on the
 side alpha favours, searched exactly, plus the best cosines of the rest, until the bound
-(:func:`normrank.search.ann.unseen_bound`) proves that nothing unseen can beat the k-th score. Every
+(:func:`normrank.search.bound.unseen_can_beat`) proves that nothing unseen can beat the k-th score. Every
 returned score is computed by the engine's formula ``$score * norm**alpha``. Per query (all
 queries' requests of a round go in one ``query_batch``):
 
@@ -65,9 +65,8 @@ from normrank.errors import (
     UnknownIdError,
 )
 from normrank.search.ann import scan_needed
+from normrank.search.bound import cosine_ceiling, unseen_can_beat
 from normrank.search.norm_band import (
-    SCORE_RTOL,
-    bound_holds,
     first_band,
     hnsw_params,
     search_depths,
@@ -105,6 +104,8 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         exact: search with ``SearchParams(exact=True)`` (brute force in the engine): the
             ranking is then exact.
         k_factor: the cosine prefetch is at least ``k * k_factor`` deep.
+        max_depth: caps the cosine prefetch's depth (at least ``k``), as NormIndex's
+            ``max_depth``: the plan's (:func:`normrank.search.plan.plan_search`).
         n_tail: size of the first extreme-norm band, whose best cosines are asked with every
             query's first round. ``None`` (default): the first band of :mod:`normrank.search.ann`
             (:func:`normrank.search.norm_band.first_band`); ``0``: none (cheaper where the
@@ -133,6 +134,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     hnsw_ef = Checked(as_positive_int)
     k_factor = Checked(lambda v, _name: as_k_factor(v))
     n_tail = Checked(as_count)
+    max_depth = Checked(as_count)
     exact = Checked(as_flag)
 
     def __init__(
@@ -147,6 +149,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         exact: bool = False,
         k_factor: int = 10,
         n_tail: int | None = None,
+        max_depth: int | None = None,
         indexing_threshold_kb: int | None = None,
         max_search_threads: int | None = None,
     ) -> None:
@@ -154,6 +157,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         self.path = Path(path)
         self.alpha = alpha
         self.hnsw_ef, self.k_factor, self.n_tail, self.exact = hnsw_ef, k_factor, n_tail, exact
+        self.max_depth = max_depth
         m, ef_construct = as_positive_int(m, "m"), as_positive_int(ef_construct, "ef_construct")
         # The option table's bounds: past them the engine raises an untyped OverflowError.
         threshold_kb = as_option(indexing_threshold_kb, "indexing_threshold_kb", allow_none=True)
@@ -449,9 +453,9 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                 pos = self._lookup()(np.array([int(p.id) for p in pts], dtype=np.int64))
                 w = self._powered(a)[pos]
                 got = np.array([p.score for p in pts], dtype=np.float64)
-                # A weight that underflowed to 0 hides its cosine: count it as 1 (the bound then
-                # asks again, deeper, rather than trusting a guess).
-                cos = np.divide(got, w, out=np.ones_like(got), where=w > 0)
+                # The cosines behind the engine's float32 scores (1 where a weight underflowed
+                # to 0 and hides it: the bound then asks again, deeper, rather than guess).
+                cos = cosine_ceiling(got, w)
                 rank = self._rank(1 if a > 0 else -1)[pos]
                 w_min = float(self._sorted_weights(a)[0][-1])
                 again = []
@@ -460,7 +464,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                     mine = (rank >= r0) & (rank < r0 + size)
                     if limit >= size or mine.sum() < limit:
                         continue
-                    if not bound_holds(float(scores[i, -1]), float(cos[mine].min()), w_max, w_min):
+                    if unseen_can_beat(float(scores[i, -1]), float(cos[mine].min()), w_max, w_min, self.dim):
                         again.append([*r[:5], min(size, 2 * limit)])
                 if again:
                     nxt[i] = again
@@ -482,7 +486,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             if n == 0:
                 return scores, ids
             params = self._params()
-            depth, trust = search_depths(n, k, self.k_factor, params)
+            depth, trust = search_depths(n, k, self.k_factor, params, self.max_depth)
             t0 = first_band(n, params, self.n_tail)
             vecs = unit_q.tolist()
             bands = [self._band(float(a), t0) if a != 0 else (0, None) for a in alphas]
@@ -523,7 +527,9 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                     # clears them, the band is searched again in the second round.
                     w_sorted = self._sorted_weights(a)[0]
                     kth = float(sc[k - 1]) if sc.size >= k else -np.inf
-                    if not bound_holds(kth, float(bpts[-1].score), float(w_sorted[0]), float(w_sorted[-1])):
+                    if unseen_can_beat(
+                        kth, bpts[-1].score, float(w_sorted[0]), float(w_sorted[-1]), self.dim
+                    ):
                         first = (0, None)
                 need = self._band_needed(cs[: len(pts)], sc, k, a, depth, trust, first[0])
                 wide[i] = [] if need is None else self._ranges(a, first, need)
@@ -559,7 +565,6 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             return n
         c_trust = cos[trust - 1]
         kth = s[k - 1] if s.size >= k else -np.inf
-        w_sorted, neg_w = self._sorted_weights(alpha)
-        kth_safe = np.array([kth - SCORE_RTOL * abs(kth)])
-        need = int(scan_needed(kth_safe, np.array([c_trust]), neg_w, float(w_sorted[-1]))[0])
+        neg_w = self._sorted_weights(alpha)[1]
+        need = int(scan_needed(np.array([kth]), np.array([c_trust]), neg_w, self.dim)[0])
         return None if need <= band else need

@@ -1,8 +1,8 @@
 """The search wing: from a query and unit vectors to a top-k by ``cos * w**alpha``.
 
 The exact flat kernel (``flat``), the ANN candidates + weight-order scan + bound (``ann``, its
-depths from ``plan``, its rows from ``rows``, a batch's heaps from ``batch_heaps``), the Qdrant
-backends' share of it (``norm_band``), MMR, the GPU flat path, and the FAISS index facts they
+depths from ``plan``, its stop from ``bound``, its rows from ``rows``, a batch's heaps from
+``batch_heaps``), the Qdrant backends' share of it (``norm_band``), MMR, the GPU flat path, and the FAISS index facts they
 need (``faiss_info``). No index state lives here: the one cache (``cache.SearchCache``) is owned by a NormIndex and dropped by any
 change of it.
 
@@ -19,7 +19,8 @@ Glossary (one name per concept, as the code uses them):
   (:class:`normrank.search.ann.WeightOrder`, a view of one int32 argsort).
 * **scan**: reading documents in weight order, rows from FAISS's own storage
   (:mod:`normrank.search.rows`), until the **bound** (trusted cosine times the next weight)
-  cannot beat the k-th score.
+  cannot beat the k-th score: :func:`normrank.search.bound.unseen_can_beat`, with its one
+  floating-point margin, asked by every backend.
 * **codes**: int8 codes of the first rows in a weight order (:mod:`normrank.search.scan_codes`,
   a bounded cache): a single query's scan reads them, and the rows only of the few documents
   whose codes, with their error bound, could beat the k-th score (the same results).

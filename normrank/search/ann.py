@@ -15,8 +15,9 @@ with the bands scanned exactly and their size chosen per query). The depths are 
   when ``alpha > 0``), reading their rows where FAISS keeps them (:mod:`normrank.search.rows`).
   After ``t`` of them, a document seen neither way has cosine ``<= c_T`` (the cosine at the
   trusted rank) and weight ``<= w_(t)``, so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
-  when ``c_T < 0``). Once the k-th score reaches that bound the query stops; at worst every
-  document is scanned (exact).
+  when ``c_T < 0``), up to float rounding. Once :func:`normrank.search.bound.unseen_can_beat`
+  says nothing unseen can beat the k-th score the query stops; at worst every document is
+  scanned (exact).
 * A single query reads the first rows of the scan as int8 codes
   (:mod:`normrank.search.scan_codes`): a quarter of the bytes, and the rows of only the few
   documents whose codes, with their error bound, could beat the k-th score; the same results.
@@ -38,6 +39,7 @@ import faiss
 import numpy as np
 
 from normrank.search.batch_heaps import BatchHeaps
+from normrank.search.bound import cosine_slack, unseen_can_beat, weight_limit
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
@@ -51,7 +53,6 @@ __all__ = [
     "adaptive_search",
     "rerank",
     "scan_needed",
-    "unseen_bound",
 ]
 
 
@@ -119,23 +120,22 @@ class IdLookup:
         return sum(a.nbytes for a in (self._dense, self._sorted, self._order) if a is not None)
 
 
-def unseen_bound(c_last: np.ndarray, w_max: float, w_min: float) -> np.ndarray:
-    """Largest score ``c * w`` any document with cosine ``c <= c_last`` and weight in
-    ``[w_min, w_max]`` can reach: ``c_last * w_max`` if ``c_last >= 0``, else ``c_last * w_min``."""
-    return np.where(c_last >= 0, c_last * w_max, c_last * w_min)
-
-
-def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, w_min: float) -> np.ndarray:
+def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, dim: int) -> np.ndarray:
     """How many documents, in decreasing weight order, a query must scan before no unseen one
-    can beat its k-th score ``kth``: the first ``t`` with ``c_last * w_(t) <= kth`` (a binary
-    search in ``neg_w``, the negated sorted weights); with ``c_last <= 0`` the bound
-    ``c_last * w_min`` does not shrink as the scan goes, so it is 0 or all ``n``."""
+    can beat its k-th score ``kth`` (:func:`normrank.search.bound.unseen_can_beat`, the trusted
+    cosine ``c_last``, vectors of length ``dim``): a binary search of
+    :func:`~normrank.search.bound.weight_limit` in ``neg_w``, the negated sorted weights; where
+    the trusted cosine plus its margin is not positive the bound does not shrink as the scan
+    goes, so it is 0 or all ``n``."""
     n = neg_w.size
     kth = np.asarray(kth, dtype=np.float64)
-    need = np.where(kth >= c_last * w_min, 0, n)
-    up = c_last > 0
+    c_last = np.asarray(c_last, dtype=np.float64)
+    if n == 0:
+        return np.zeros(kth.shape, dtype=np.int64)
+    need = np.where(unseen_can_beat(kth, c_last, -neg_w[0], -neg_w[-1], dim), n, 0)
+    up = c_last + cosine_slack(dim) > 0
     if up.any():
-        need[up] = np.searchsorted(neg_w, -(kth[up] / c_last[up]), side="left")
+        need[up] = np.searchsorted(neg_w, -weight_limit(kth[up], c_last[up], dim), side="left")
     return need
 
 
@@ -190,16 +190,19 @@ class WeightOrder:
     def w_min(self, weights: np.ndarray) -> float:
         return float(weights[self.order[-1]]) if self.order.size else 0.0
 
-    def need(self, weights: np.ndarray, kth: np.ndarray, c_last: np.ndarray) -> np.ndarray:
+    def w_max(self, weights: np.ndarray) -> float:
+        return float(weights[self.order[0]]) if self.order.size else 0.0
+
+    def need(self, weights: np.ndarray, kth: np.ndarray, c_last: np.ndarray, dim: int) -> np.ndarray:
         """:func:`scan_needed` of each query (arrays), with the weights in this order computed
         only where the binary search looks: a 1/64 sample, then one block of 64 per query."""
         n = self.order.size
         kth = np.asarray(kth, dtype=np.float64)
         c_last = np.asarray(c_last, dtype=np.float64)
-        need = np.where(kth >= c_last * self.w_min(weights), 0, n)
-        up = np.flatnonzero(c_last > 0)
+        need = np.where(unseen_can_beat(kth, c_last, self.w_max(weights), self.w_min(weights), dim), n, 0)
+        up = np.flatnonzero(c_last + cosine_slack(dim) > 0)
         if up.size:
-            x = kth[up] / c_last[up]  # first rank whose weight is <= x
+            x = weight_limit(kth[up], c_last[up], dim)  # first rank whose weight is <= x
             i = np.searchsorted(self._sample(weights), -x, side="left")
             lo = np.maximum(i - 1, 0) * _STRIDE
             at = lo[:, None] + np.arange(_STRIDE)
@@ -230,12 +233,12 @@ class WeightOrder:
             return self.rows.ranks(self.order, lo, hi)
         return self.rows.gather(self.order[lo:hi])
 
-    def need_one(self, weights: np.ndarray, kth: float, c_last: float) -> int:
+    def need_one(self, weights: np.ndarray, kth: float, c_last: float, dim: int) -> int:
         """:meth:`need` of one query, on scalars (the latency case: a handful of numpy calls)."""
         n = self.order.size
-        if c_last <= 0:
-            return 0 if kth >= c_last * self.w_min(weights) else n
-        x = kth / c_last
+        if c_last + cosine_slack(dim) <= 0:
+            return n if unseen_can_beat(kth, c_last, self.w_max(weights), self.w_min(weights), dim) else 0
+        x = weight_limit(kth, c_last, dim)
         i = int(self._sample(weights).searchsorted(-x))
         if i == 0:
             return 0
@@ -522,7 +525,7 @@ def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
     scanned = 0
     while True:
         kth = float(s[-1])
-        need = order.need_one(weights, kth, c_last)
+        need = order.need_one(weights, kth, c_last, q.size)
         if need <= scanned:
             return s, p
         stop = int(min(n, need, max(band if scanned == 0 else n, k, scanned + 1)))
@@ -545,7 +548,7 @@ def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
                 kth = float(s[-1])
                 # A higher k-th score needs a shorter scan: stop where the bound now holds
                 # rather than where it held before this block (at 1M, HNSW32: 100x fewer rows).
-                stop = min(stop, max(hi, order.need_one(weights, kth, c_last)))
+                stop = min(stop, max(hi, order.need_one(weights, kth, c_last, q.size)))
             lo = hi
         scanned = stop
         stats.rounds += 1
@@ -560,7 +563,7 @@ def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, ba
     active = np.arange(unit_q.shape[0])
     scanned = 0
     while True:
-        need = order.need(weights, heaps.kth(active), c_last[active])
+        need = order.need(weights, heaps.kth(active), c_last[active], unit_q.shape[1])
         done = (need <= scanned) | exhausted[active]
         active, need = active[~done], need[~done]
         if not active.size:

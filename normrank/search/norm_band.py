@@ -1,13 +1,13 @@
 """What the Qdrant backends (client and Edge) share with :mod:`normrank.search.ann`: one definition of
 the first band, the cosine depths (both :func:`normrank.search.plan.plan_search`'s), and the
-bound test.
+band edge read off the bound.
 
 The method is :mod:`normrank.search.ann`'s: a band of extreme norms on the side alpha favours is
 fetched whole (a norm-range filter in Qdrant, a weight-order scan in FAISS) together with the
-best cosines of the rest; nothing unseen can beat the k-th score once it reaches
-:func:`normrank.search.ann.unseen_bound` of the trusted cosine and the largest weight outside the
-band. The sizes below are those of :mod:`normrank.search.ann`, with a Qdrant ``hnsw_ef`` standing in
-for FAISS's ``efSearch``, so that "the same method" means the same numbers.
+best cosines of the rest; nothing unseen can beat the k-th score once
+:func:`normrank.search.bound.unseen_can_beat` says so of the trusted cosine and the largest weight
+outside the band. The sizes below are those of :mod:`normrank.search.ann`, with a Qdrant
+``hnsw_ef`` standing in for FAISS's ``efSearch``, so that "the same method" means the same numbers.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from normrank.scoring import WEIGHT_CAP
-from normrank.search.ann import unseen_bound
+from normrank.search.bound import cosine_slack, weight_limit
 from normrank.search.plan import plan_search
 from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
 __all__ = [
     "LOG_WEIGHT_CAP",
-    "bound_holds",
+    "band_edge",
     "first_band",
     "hnsw_params",
     "powered",
@@ -35,10 +35,6 @@ __all__ = [
 
 # ln(WEIGHT_CAP): a backend whose weights can saturate scores exp(min(alpha * ln w, LOG_WEIGHT_CAP)).
 LOG_WEIGHT_CAP = math.log(WEIGHT_CAP)
-
-# Qdrant returns float32 scores: a bound within this relative distance of the k-th score is
-# treated as not holding (the band is widened rather than trusted on a rounding).
-SCORE_RTOL = 1e-6
 
 
 def start_search(
@@ -69,36 +65,30 @@ def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int
     return int(min(n, plan_search(1, 1, n, params).band if n_tail is None else int(n_tail)))
 
 
-def search_depths(n: int, k: int, k_factor: int, params: dict[str, int]) -> tuple[int, int]:
-    """``(depth, trust)`` of the plan (:func:`normrank.search.plan.plan_search`): the cosine depth
-    fetched outside the band and the rank whose cosine bounds every document not fetched (an
-    eighth of ``hnsw_ef``, at least ``2 k``; all of the depth for an exact search). Trusting the whole depth instead made the widened band a few
-    times smaller but lost recall through the graph's misses (26,953 real MiniLM embeddings,
-    hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting rank 64;
-    plain cosine recall 0.992)."""
-    plan = plan_search(k, k_factor, n, params)
+def search_depths(
+    n: int, k: int, k_factor: int, params: dict[str, int], max_depth: int | None = None
+) -> tuple[int, int]:
+    """``(depth, trust)`` of the plan (:func:`normrank.search.plan.plan_search`, ``max_depth``
+    capping the depth as NormIndex's): the cosine depth fetched outside the band and the rank
+    whose cosine bounds every document not fetched (an eighth of ``hnsw_ef``, at least ``2 k``;
+    all of the depth for an exact search). Trusting the whole depth instead made the widened
+    band a few times smaller but lost recall through the graph's misses (26,953 real MiniLM
+    embeddings, hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting
+    rank 64; plain cosine recall 0.992)."""
+    plan = plan_search(k, k_factor, n, params, max_depth=max_depth)
     return plan.depth, plan.trust
 
 
-def bound_holds(kth: float, c_trust: float, w_edge: float, w_min: float) -> bool:
-    """True when no document outside the band and not fetched (cosine <= ``c_trust``, weight in
-    ``[w_min, w_edge]``) can beat the k-th score ``kth``, with float32 rounding allowed for."""
-    bound = float(unseen_bound(np.array(c_trust), w_edge, w_min))
-    return bool(kth >= bound + SCORE_RTOL * abs(kth))
-
-
-def band_edge(kth: float, c_last: float, alpha: float) -> float | None:
-    """The weight base beyond which every unseen document must be scored for the bound to hold
-    (where ``c_last * edge**alpha = kth``), a hair further out against float rounding; None when
-    the bound cannot shrink (``c_last <= 0`` or ``kth <= 0``): then every document must be scored.
-
-    The one definition the Qdrant and Postgres backends share (computed in logs: ``kth / c_last``
-    may be beyond float range at saturated weights)."""
-    if c_last <= 0 or kth <= 0:
+def band_edge(kth: float, c_last: float, alpha: float, dim: int) -> float | None:
+    """The weight base beyond which every unseen document must be scored for the bound to hold:
+    the base whose weight is :func:`normrank.search.bound.weight_limit` of ``kth`` and the
+    trusted cosine ``c_last`` (vectors of length ``dim``); None when the bound cannot shrink
+    (``c_last`` plus its margin not positive, or ``kth <= 0``): then every document must be
+    scored. The one definition the Qdrant and Postgres backends share."""
+    if c_last + cosine_slack(dim) <= 0 or kth <= 0:
         return None
     with np.errstate(over="ignore", under="ignore"):
-        edge = float(np.exp((np.log(kth) - np.log(c_last)) / alpha))
-    return edge * (1 - 1e-6) if alpha > 0 else edge * (1 + 1e-6)
+        return float(np.exp(np.log(weight_limit(kth, c_last, dim)) / alpha))
 
 
 def powered(base: ArrayLike, alpha: float) -> np.ndarray:
