@@ -388,8 +388,9 @@ def _select(scores: np.ndarray, pos: np.ndarray, k: int) -> tuple[np.ndarray, np
 def _search(
     index: faiss.Index, q: np.ndarray, depth: int, ef: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``index.search`` at ``depth``; an HNSW beam (``ef``) is widened to ``depth`` (FAISS would
-    return fewer than ``depth`` results when ``efSearch < depth``), never narrowed."""
+    """``index.search`` at ``depth``; an HNSW beam (``ef``) is widened to ``depth``, never narrowed:
+    with ``efSearch < depth`` FAISS 1.15 still returns ``depth`` results, but worse ones (5k random
+    32-d vectors, depth 50: 14-29 of the true top 50 at efSearch 8, 39-49 at efSearch 50)."""
     wider = faiss.SearchParametersHNSW(efSearch=depth) if ef is not None and depth > ef else None
     return search_raw(index, q, depth, wider)
 
