@@ -130,10 +130,10 @@ class NormIndex(SearchKnobs):
 
     @property
     def k_factor(self) -> int:
-        """Sets the cosine candidates an ANN search fetches before exact re-scoring: at least
-        ``k * k_factor`` on IVF, but on HNSW never past ``efSearch`` (efSearch 16, k 10,
-        k_factor 10 fetches 16); ``ann="overfetch"`` fetches exactly ``k * k_factor``
-        (:func:`normrank.search.plan.plan_search`)."""
+        """Sets the cosine candidates an ANN search fetches before exact re-scoring:
+        ``k * k_factor`` (more when an IVF probes many documents), never past ``efSearch`` on
+        HNSW (efSearch 16, k 10, k_factor 10 fetches 16), never past ``max_depth``;
+        ``ann="overfetch"`` fetches ``k * k_factor`` (:func:`normrank.search.plan.plan_search`)."""
         return self._k_factor
 
     @k_factor.setter
