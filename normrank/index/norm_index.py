@@ -48,7 +48,7 @@ class NormIndex(SearchKnobs):
     decreasing weight order until a bound proves the top-k (:mod:`normrank.search.ann`): exact up to
     what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
     ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
-    ``k * k_factor`` candidates (faster, recall not guaranteed; benchmarks/results/speed.md).
+    ``k * k_factor`` candidates (no scan; recall not guaranteed: benchmarks/results/speed_methods.md).
 
     Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /
     ``-1`` when fewer than ``k`` documents exist; equal scores in any order; memory bounded.

@@ -3,9 +3,9 @@
 The problem: an ANN index ranks by cosine, but a document far down the cosine ranking can be
 lifted into the top-k by its weight ``w = ||d||**alpha``. A fixed over-fetch misses it: on real
 MiniLM embeddings at alpha = 1 the exact top-10 holds documents at cosine rank 1,000-3,000 of
-15,000 (benchmarks/results/speed.md).
+15,000 (benchmarks/results/speed_methods.md).
 
-Method (chosen by measurement, see benchmarks/results/speed.md): **ANN candidates plus an exact
+Method (chosen by measurement, see benchmarks/results/speed_methods.md): **ANN candidates plus an exact
 scan in decreasing weight order, stopped by a bound** (norm ranging, Yan et al., NeurIPS 2018,
 with the bands scanned exactly and their size chosen per query). The depths are the plan's
 (:func:`normrank.search.plan.plan_search`).
