@@ -41,6 +41,8 @@ Usage:
 
     nice -n 10 python benchmarks/memory.py --n 200000 --hnsw-n 100000 [--kinds "Flat;HNSW32"] [--json out.json]
     nice -n 10 python benchmarks/memory.py --n 200000 --hnsw-n 100000 --mmap-threshold 1048576
+
+The last is the committed run, benchmarks/results/memory.json (the default ``--json``).
 """
 
 from __future__ import annotations
@@ -200,7 +202,9 @@ def main() -> None:
     ap.add_argument("--hnsw-n", type=int, default=None, help="n for HNSW kinds (slow builds); default --n")
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--kinds", default=";".join(KINDS), help="index factory strings, ;-separated")
-    ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "memory.json")
+    )
     ap.add_argument(
         "--mmap-threshold", type=int, default=None,
         help="glibc's fixed mmap threshold in bytes for both sides (MALLOC_MMAP_THRESHOLD_); default: glibc's dynamic one",

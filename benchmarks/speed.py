@@ -23,6 +23,11 @@ NormIndex wraps. The JSON ``meta`` records the CPU model, the BLAS/OpenMP librar
 counts and the load average, so tables from two machines can be compared. Usage:
 
     python benchmarks/speed.py --quick --json speed.json   # < 15 min on 2 cores
+
+The committed results (benchmarks/results/): ``speed.md``, the chosen method against the goals
+over three quiet runs (``speed_runs/run-N.json`` from ``--quick --cached-only --only
+flat,ivf,hnsw --no-alternatives --json ...``, summarised by ``speed_targets.py``), and
+``speed_methods.{md,json}``, a full run with the alternative methods (the markdown default).
 """
 
 from __future__ import annotations
@@ -531,7 +536,7 @@ def main() -> None:
         "--md",
         type=Path,
         default=None,
-        help="markdown table output (default: results/speed.md, for a run of every section with the "
+        help="markdown table output (default: results/speed_methods.md, for a run of every section with the "
         "alternatives only: a partial run would replace the committed table with fewer rows)",
     )
     ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads for both sides (default 1)")
@@ -699,7 +704,7 @@ def main() -> None:
     if args.md is None and (args.no_alternatives or set(args.only.split(",")) != set(SECTIONS)):
         print(f"done in {meta['minutes']:.1f} min (a partial run: no markdown table unless --md is given)")
         return
-    args.md = args.md or ROOT / "results" / "speed.md"
+    args.md = args.md or ROOT / "results" / "speed_methods.md"
     args.md.parent.mkdir(parents=True, exist_ok=True)
     # Hand-written notes below the marker survive a re-run; the table above it is regenerated.
     notes = ""

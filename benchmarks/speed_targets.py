@@ -1,8 +1,9 @@
-"""Issue 30's table: runs of ``speed.py`` under two SIMD targets, side by side, against the goals.
+"""Runs of ``speed.py`` against the goals, one SIMD target or two side by side.
 
     python benchmarks/speed.py --quick --cached-only --only flat,ivf,hnsw --no-alternatives \\
-        --json runs/native-1.json                       # three times, and three with --simd avx2
-    python benchmarks/speed_targets.py --native runs/native-*.json --avx2 runs/avx2-*.json
+        --json benchmarks/results/speed_runs/run-1.json     # three times (run-1 .. run-3)
+    python benchmarks/speed_targets.py --native benchmarks/results/speed_runs/run-*.json  # -> results/speed.md
+    python benchmarks/speed_targets.py --native N*.json --avx2 A*.json --md out.md  # and three with --simd avx2
 
 Per row (backend, dataset, alpha, nq) and target: the median latency ratio over the runs and
 the worst run's, p50 / p99 ratios (single queries), the microseconds a query adds to plain
@@ -10,8 +11,6 @@ search, and the lowest recall. A row meets its goal when every run does: flat <=
 nq >= 100 and <= 1.10 at nq = 1; single-query HNSW / IVF <= 1.5 with recall >= 0.995;
 batches <= 1.2; where the plain query takes under 100 us, what a query adds instead: <= 40 us
 (issue 36). ``--avx2`` may be left out (one target). Writes markdown (``--md``). Not a test.
-
-    python benchmarks/speed_targets.py --native runs/issue36-r3-quiet-*.json --md out.md
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--native", type=Path, nargs="+", required=True, help="speed.py JSON runs, native target")
     ap.add_argument("--avx2", type=Path, nargs="*", default=[], help="speed.py JSON runs, --simd avx2")
-    ap.add_argument("--md", type=Path, default=ROOT / "results" / "speed_targets.md")
+    ap.add_argument("--md", type=Path, default=ROOT / "results" / "speed.md")
     args = ap.parse_args()
     native, meta_n = load(args.native)
     avx2, meta_a = load(args.avx2)

@@ -19,8 +19,8 @@ Two comparisons, each side measured the same way:
   cached embeddings the same way, ranks the top 100 by cosine and evaluates them with ranx once
   (ranx's first call, numba loading its kernels, included: what a user running it waits).
 
-Writes benchmarks/results/sweep_speed.{json,md}; the load average is recorded (ratios on a shared
-machine move with it).
+Writes benchmarks/results/sweep_speed.{json,md} (sweep_speed_avx2.* under --simd avx2); the load
+average is recorded (ratios on a shared machine move with it).
 """
 
 from __future__ import annotations
@@ -109,8 +109,13 @@ def main() -> int:
         default="native",
         help="SIMD target of every process started: native, or avx2 (see benchmarks/simd_target.py)",
     )
-    ap.add_argument("--name", default="sweep_speed", help="output file stem in --out (default sweep_speed)")
+    ap.add_argument(
+        "--name",
+        default=None,
+        help="output file stem in --out (default sweep_speed, sweep_speed_avx2 for --simd avx2)",
+    )
     args = ap.parse_args()
+    args.name = args.name or ("sweep_speed" if args.simd == "native" else f"sweep_speed_{args.simd}")
     simd_target.apply(args.simd)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     py = sys.executable

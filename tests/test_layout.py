@@ -22,10 +22,10 @@ LAYER = {
     "store": 3,  # the adapters' keyed store over any index
     "backends": 3,  # Qdrant, Postgres: the same interface as NormIndex
     "sweep": 4,
-    "probe": 4,
-    "train": 4,  # trains a projection head (the paper's Section 5), writes an encoder folder
-    "normrank": 5,  # the package's public facade (normrank/__init__.py)
-    "cli": 6,
+    "probe": 4,  # heat and drift; owns the contrastive objective (probe/loss.py)
+    "train": 5,  # trains a projection head (the paper's Section 5) on the probe's objective
+    "normrank": 6,  # the package's public facade (normrank/__init__.py)
+    "cli": 7,
 }
 MAX_LINES = 650
 

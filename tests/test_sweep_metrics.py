@@ -4,11 +4,12 @@ ranx) and the pooled calibration measures (equal to scikit-learn's definitions w
 from __future__ import annotations
 
 import importlib
+import sys
 
 import numpy as np
 import pytest
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import InvalidParameterError, MissingDependencyError
 from normrank.sweep import selection
 from normrank.sweep.calibration import auroc, best_threshold
 from normrank.sweep.metrics import METRICS, QrelsMatrix, metrics_help, parse_metrics, per_query_metric
@@ -17,6 +18,12 @@ from normrank.sweep.selection import cross_validate, cv_choose_many, median, pai
 metrics_module = importlib.import_module("normrank.sweep.metrics")
 ranx = pytest.importorskip("ranx")
 stats = pytest.importorskip("scipy.stats")
+
+
+def test_the_ranx_check_without_ranx_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ranx", None)  # `import ranx` raises ImportError
+    with pytest.raises(MissingDependencyError, match=r"normrank\[bench\]"):
+        selection.import_ranx()
 
 
 def test_metric_parsing() -> None:

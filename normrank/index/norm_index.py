@@ -49,7 +49,7 @@ class NormIndex(SearchKnobs):
     decreasing weight order until a bound proves the top-k (:mod:`normrank.search.ann`): exact up to
     what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
     ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
-    ``k * k_factor`` candidates (faster, recall not guaranteed; benchmarks/results/speed.md).
+    ``k * k_factor`` candidates (no scan; recall not guaranteed: benchmarks/results/speed_methods.md).
 
     Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /
     ``-1`` when fewer than ``k`` documents exist; equal scores in any order; memory bounded.
@@ -131,7 +131,10 @@ class NormIndex(SearchKnobs):
 
     @property
     def k_factor(self) -> int:
-        """ANN indexes fetch ``k * k_factor`` cosine candidates before exact re-scoring."""
+        """Sets the cosine candidates an ANN search fetches before exact re-scoring:
+        ``k * k_factor`` (more when an IVF probes many documents), never past ``efSearch`` on
+        HNSW (efSearch 16, k 10, k_factor 10 fetches 16), never past ``max_depth``;
+        ``ann="overfetch"`` fetches ``k * k_factor`` (:func:`normrank.search.plan.plan_search`)."""
         return self._k_factor
 
     @k_factor.setter

@@ -24,8 +24,8 @@ class SearchPlan:
         trust: the rank whose cosine bounds every document not fetched (``<= depth``).
         band: the weight-order scan's first chunk (rows in decreasing weight order).
         ef: the HNSW ``efSearch`` the plan was made for (None: not HNSW). A fetch deeper than
-            it searches with the beam widened to the fetch (FAISS would return fewer results
-            otherwise), never narrowed.
+            it searches with the beam widened to the fetch (FAISS would fill the fetch from the
+            narrower beam otherwise: worse results), never narrowed.
         scan: False for a fixed over-fetch (``ann="overfetch"``: re-score ``depth``, no bound).
     """
 

@@ -18,7 +18,7 @@ import numpy as np
 from normrank.corpus.beir import Dataset
 from normrank.settings import CV_METRIC
 from normrank.sweep.rank import rank_all_alphas
-from normrank.sweep.selection import paired_p_ranx, ranx_run
+from normrank.sweep.selection import import_ranx, paired_p_ranx, ranx_run
 
 __all__ = ["quiet_numba", "ranx_cross_check", "time_cosine_eval"]
 
@@ -42,8 +42,7 @@ def time_cosine_eval(
     metrics: list[str],
 ) -> float:  # fmt: skip
     """Seconds for one plain cosine evaluation: exact top-k by cosine, then ranx on that run."""
-    from ranx import evaluate
-
+    evaluate = import_ranx().evaluate
     t = time.perf_counter()
     scores, pos, _ = rank_all_alphas(queries, docs, None, [0.0], k)
     with quiet_numba():
@@ -65,14 +64,13 @@ def ranx_cross_check(
     docs: np.ndarray,
 ) -> tuple[dict[str, float], float]:
     """``(check, cosine_eval_seconds)``: |ranx - ours| on the cosine run's metrics and the test."""
-    from ranx import Qrels, evaluate
-
+    ranx = import_ranx()
     rows = np.arange(len(qids))
-    qrels = Qrels({q: dataset.qrels[q] for q in qids})
+    qrels = ranx.Qrels({q: dataset.qrels[q] for q in qids})
     with quiet_numba():
         # Warm ranx first (numba), so that the timed baseline below is ranx's steady cost.
         cos_run = ranx_run("cosine", qids, scores[i0], pos[i0], dataset.doc_ids)
-        got = evaluate(qrels, cos_run, metrics, make_comparable=True)
+        got = ranx.evaluate(qrels, cos_run, metrics, make_comparable=True)
         got = got if isinstance(got, dict) else {metrics[0]: got}
         p_ranx = paired_p_ranx(
             qrels, cos_run, lambda: ranx_run("cv", qids, scores[chosen, rows], pos[chosen, rows], dataset.doc_ids),

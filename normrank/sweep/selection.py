@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from normrank.errors import InvalidParameterError
+from normrank.errors import InvalidParameterError, MissingDependencyError
 from normrank.settings import CV_METRIC
 
 __all__ = [
     "argbest",
     "cross_validate",
     "cv_choose_many",
+    "import_ranx",
     "median",
     "paired_p_ranx",
     "paired_t_p",
@@ -172,27 +173,37 @@ def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
     return float(min(1.0, _betainc(df / 2.0, 0.5, df / (df + t * t))))
 
 
+def import_ranx() -> Any:
+    """The ranx module, imported on first use: only the ranx cross-check needs it (and numba,
+    which ranx compiles its metrics with), so both live in the ``bench`` extra, not the core."""
+    try:
+        import ranx
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the ranx cross-check needs ranx and numba ({e}): pip install 'normrank[bench]'"
+        ) from e
+    return ranx
+
+
 def ranx_run(
     name: str, qids: Sequence[str], scores: np.ndarray, pos: np.ndarray, doc_ids: Sequence[str]
 ) -> Any:
     """A ranx ``Run`` from top-k ``scores``/``pos`` (nq, k); -1 padding dropped."""
-    from ranx import Run
-
     run = {
         q: {doc_ids[p]: float(s) for s, p in zip(scores[i], pos[i], strict=True) if p >= 0}
         for i, q in enumerate(qids)
     }
-    return Run(run, name=name)
+    return import_ranx().Run(run, name=name)
 
 
 def paired_p_ranx(qrels: Any, a: Any, make_b: Callable[[], Any], da: np.ndarray, db: np.ndarray) -> float:
     """ranx paired t-test p-value of run a vs run ``make_b()`` on NDCG@10 (1.0 when they never differ)."""
     if np.array_equal(da, db):
         return 1.0
-    from ranx import compare
-
     b = make_b()
-    rep = compare(qrels, [a, b], [CV_METRIC], stat_test="student", make_comparable=True).to_dict()
+    rep = (
+        import_ranx().compare(qrels, [a, b], [CV_METRIC], stat_test="student", make_comparable=True).to_dict()
+    )
     comp = rep[a.name]["comparisons"][b.name][CV_METRIC]
     p = float(comp["p_value"] if isinstance(comp, dict) else comp)
     return p if np.isfinite(p) else 1.0

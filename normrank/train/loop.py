@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from normrank.errors import InvalidParameterError, NonFiniteError
-from normrank.train.loss import symmetric_infonce
+from normrank.probe.loss import symmetric_infonce
 
 if TYPE_CHECKING:
     import torch
