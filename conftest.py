@@ -8,8 +8,8 @@ imports normrank, its cache (``$NORMRANK_CACHE``: embeddings, unpacked models, t
 caches of the libraries the tests load (Hugging Face, sentence-transformers, matplotlib) and
 ``$XDG_CACHE_HOME`` (for the rest) are pointed at ``.cache/tests/`` in this tree (ignored by git;
 kept between runs, so all-mpnet-base-v2 is unpacked once), or at ``$NORMRANK_TEST_CACHE`` when
-that is set. At the end of the session the run fails if the user's ``~/.cache/normrank`` (or
-``$XDG_CACHE_HOME/normrank``) changed."""
+that is set. At the end of the session a warning line names any file of the user's
+``~/.cache/normrank`` (or ``$XDG_CACHE_HOME/normrank``) that changed meanwhile."""
 
 from __future__ import annotations
 
@@ -64,21 +64,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A warning line, not a failure: the same user's normrank job running beside the tests
+    writes there too (tests/test_home_untouched.py is the check that fails)."""
     before = session.config.stash.get(_HOME_CACHE_BEFORE, None)
     if before is None:
         return
     after = _snapshot(home_normrank_caches())
     changed = sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f))
-    if changed:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        message = (
-            f"the test session changed {len(changed)} file(s) in normrank's cache in HOME (first: "
-            f"{changed[0]}); tests must write under tmp_path or {TEST_CACHE} (conftest.py sets "
-            "$NORMRANK_CACHE): find the test that resets it, or stop the normrank run beside the tests"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if changed and reporter is not None:
+        reporter.write_line(
+            f"warning: {len(changed)} file(s) in normrank's cache in HOME changed during the tests "
+            f"(first: {changed[0]}): a normrank run beside them, or a test that writes outside "
+            f"tmp_path and {TEST_CACHE} (conftest.py sets $NORMRANK_CACHE there): find it",
+            yellow=True,
         )
-        if reporter is not None:
-            reporter.write_line(f"error: {message}", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def start_pg_server(folder: Path):
