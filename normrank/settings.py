@@ -18,6 +18,9 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "PROGRESS_LINE_FRACTION",
+    "PROGRESS_LINE_MIN_SECONDS",
+    "PROGRESS_LINE_SECONDS",
     "SCAN_CODES_BYTES",
     "SCAN_PREFIX_BYTES",
     "SEARCH_CACHE_BYTES",
@@ -35,6 +38,16 @@ def cache_root() -> Path:
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "normrank"
 
+
+# --- progress of long steps ---------------------------------------------------------------------
+# Where stderr is not a terminal (a file, a CI log, nohup, tee), a long step prints a plain line
+# (done/total, elapsed, remaining; normrank.progress.PlainProgress) every PROGRESS_LINE_SECONDS or
+# each PROGRESS_LINE_FRACTION of its total, whichever comes first, but never two within
+# PROGRESS_LINE_MIN_SECONDS (a step of a few seconds prints a few lines, not ten). Read when a
+# display is made, so they can be set at run time. On a terminal rich's bar is drawn instead.
+PROGRESS_LINE_SECONDS = 15.0
+PROGRESS_LINE_FRACTION = 0.10
+PROGRESS_LINE_MIN_SECONDS = 1.0
 
 # --- the index ---------------------------------------------------------------------------------
 # Per-α weights w**α kept per index (normrank.search.cache.SearchCache): a few α are typical per

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, then the alpha-sweep on SciFact with all-MiniLM-L6-v2, offline.
-# From nothing most of the wait is encoding SciFact once (a progress bar shows it); the
-# embeddings are cached, so a second run takes about a second. NORMRANK_VENV: as in setup.sh.
+# From nothing most of the wait is encoding SciFact once (a bar on a terminal, a line every 15 s
+# in a log); the embeddings are cached, so a second run takes about a second. NORMRANK_VENV: as
+# in setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -94,3 +94,35 @@ def test_diagnose_json_is_the_pinned_schema(tmp_path, monkeypatch) -> None:
     assert len(got["permutation"]["null_cv_gain_pct"]) == 9 and got["verdict"] in result.output
     assert (tmp_path / "o" / "diagnosis.png").stat().st_size > 1000
     assert "\x1b[" not in result.output  # no raw escape codes
+
+
+def test_the_sweeps_summary_is_one_line_in_a_file(tmp_path, monkeypatch) -> None:
+    """`normrank sweep` with stderr not a terminal (CliRunner's streams, as a file or a CI log):
+    each run's summary, with its controls (~200 characters), stays one line; no escape codes."""
+    import numpy as np
+
+    from normrank.sweep import run as run_module
+
+    folder = tmp_path / "a-collection-with-a-rather-long-name"
+    _write_beir(folder)
+    rng = np.random.default_rng(2)
+
+    def fake_embed(ds, model, cache, encoders, batch_size, show_progress, options, qids, qtexts):
+        return rng.standard_normal((len(qids), 8)), rng.standard_normal((len(ds.doc_ids), 8)) * rng.uniform(
+            0.5, 2, (len(ds.doc_ids), 1)
+        )
+
+    monkeypatch.setattr(run_module, "embed_dataset", fake_embed)
+    result = runner.invoke(
+        app, ["sweep", str(folder), "--model", "a-model-name-as-long-as-a-hub-path", "--alphas", "-1:1:0.5",
+              "--permutations", "9", "--out", str(tmp_path / "o"), "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = [line for line in result.stderr.splitlines() if "cosine" in line]
+    assert len(summary) == 1, result.stderr
+    line = summary[0]
+    assert line.startswith(
+        "a-collection-with-a-rather-long-name · a-model-name-as-long-as-a-hub-path: cosine"
+    )
+    assert "permutation p=" in line and len(line) > 120 and line == line.rstrip(), line
+    assert "\x1b[" not in result.output

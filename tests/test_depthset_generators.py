@@ -206,7 +206,6 @@ def test_real_manuals_against_an_independent_heading_parse(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = m.compare(m.MANUALS[name])
-    print(name, r)
     assert r["precision"] >= 0.98 and r["recall"] >= 0.9, r
 
 

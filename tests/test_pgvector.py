@@ -179,7 +179,7 @@ def test_the_second_round_finds_what_the_first_misses(uri, table):
         assert_same_topk(ref.search(q, 10, alpha=a), (fn_s, fn_i))
 
 
-def test_hnsw_recall_and_the_sql_function(uri, table):
+def test_hnsw_recall_and_the_sql_function(uri, table, record_property):
     x, q = data(6000, 32, seed=6), data(60, 32, seed=7)
     # The operating point the benchmark picks: an ef_search where the graph's own cosine
     # recall@10 is ~0.995 or better (at 100 it is 0.993 here, and the method's 0.988-0.997).
@@ -203,7 +203,7 @@ def test_hnsw_recall_and_the_sql_function(uri, table):
     qu = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
     plain, forced = plain_ids(uri, table, qu, 200), plain_ids(uri, table, qu, 200, force_index=True)
     np.testing.assert_array_equal(idx.search(q, 10, alpha=0.0)[1], plain)
-    print(f"HNSW cosine recall@10 (index forced): {recall(forced, x, q, 0.0):.3f}")
+    record_property("hnsw_cosine_recall_at_10_index_forced", round(recall(forced, x, q, 0.0), 3))
 
 
 def plain_ids(uri: str, table: str, qu: np.ndarray, ef: int, force_index: bool = False) -> np.ndarray:
@@ -325,7 +325,7 @@ def test_tables_not_ours_and_sql_looking_names(uri, table):
 # -- concurrency and crashes ----------------------------------------------------------------------
 
 
-def test_readers_and_one_writer(uri, table):
+def test_readers_and_one_writer(uri, table, record_property):
     """Two readers (exact, their own connections) while one writer adds batches: every result
     is the exact top-k of one committed state (a prefix of the writer's batches). After each
     batch the writer waits until the readers made two more reads (an event, not a clock), so
@@ -376,7 +376,7 @@ def test_readers_and_one_writer(uri, table):
     for got in results:
         rows = [set(r.tolist()) for r in got]
         assert any(rows == s for s in states), "a result matched no committed state"
-    print(f"concurrency: {len(results)} reads of 8 queries beside {n_batches} adds, each a committed state")
+    record_property("reads_of_8_queries", len(results))
 
 
 def _kill_server(srv) -> None:
@@ -473,7 +473,6 @@ def test_sigkill_during_bulk_add_loses_no_committed_row(pg_start):
         rows_of(uri, "DROP TRIGGER stall ON crash")
         committed = np.concatenate([committed, idx.add(x[2000:5000])])
         assert len(idx) == committed.size == 5000
-        print(f"crash: 2 kills mid-add, {committed.size} rows committed in the end, none lost")
     finally:
         srv.cleanup()
         shutil.rmtree(root, ignore_errors=True)

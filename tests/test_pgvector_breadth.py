@@ -201,5 +201,6 @@ def test_a_rolled_back_search_leaves_no_setting_behind(pg_uri, table):
     )
 
 
-def test_zz_report():
-    print(f"\n[pgvector breadth] checks per case: {CHECKS}")
+def test_zz_report(record_property):
+    """Checks per case (runs last in this module), to the report file (``pytest --junitxml``)."""
+    record_property("checks_per_case", dict(CHECKS))

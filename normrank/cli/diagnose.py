@@ -35,13 +35,12 @@ def diagnose_command(
 ) -> None:
     """Norm spread, norm-length correlation, CV gains of norm / length / residual with p-values,
     the permutation p, pooled calibration, and a one-sentence verdict (plus a figure)."""
-    from rich.console import Console
-
+    from normrank.progress import stderr_console
     from normrank.sweep.diagnosis import diagnose
     from normrank.sweep.plot import plot_diagnosis
     from normrank.sweep.report import write_json
 
-    err = Console(stderr=True)
+    err = stderr_console()
     with user_errors():
         dg = diagnose(
             data, model, alphas=alphas, betas=betas, permutations=permutations, folds=folds, seed=seed,

@@ -35,11 +35,10 @@ def probe_command(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Estimate each document's norm R, drift D~ and heat V~^2 (paper Appendix H) and check the theory."""
-    from rich.console import Console
-
     from normrank.probe import run_probe, write_probe
+    from normrank.progress import stderr_console
 
-    console = Console(stderr=True)
+    console = stderr_console()
     with user_errors():  # one plain "error:" line, exit 2, as sweep and diagnose
         run = run_probe(
             data, model, scope=scope, steps=steps, batch_size=batch_size, lr=lr, temperature=temperature,

@@ -34,6 +34,23 @@ def user_errors() -> Iterator[None]:
         warnings.showwarning = before
 
 
+def summary_line(run) -> str:
+    """A finished run's one line (rich markup): cosine NDCG@10, best and cross-validated α with
+    their gains, and the controls' when they ran. Printed through :func:`stderr_console`, it stays
+    one line in a file or a log."""
+    line = (
+        f"[green]{run.dataset} · {run.model}[/green]: cosine {run.mean('ndcg@10')[run.i0]:.4f}, "
+        f"best α {run.best_alpha:+g} ({run.gain_pct():+.1f}%), CV {run.cv_gain_pct:+.1f}% (p={run.p_value:.3g})"
+    )
+    if run.controls:
+        c = run.controls
+        line += (
+            f"; length CV {c['length']['cv']['gain_pct']:+.1f}% (p={c['length']['cv']['p_value']:.3g}), "
+            f"residual CV {c['residual']['cv']['gain_pct']:+.1f}%, permutation p={c['permutation']['p_value']:.3g}"
+        )
+    return line
+
+
 @app.command("sweep")
 def sweep_command(
     data: list[str] = typer.Argument(
@@ -84,26 +101,15 @@ def sweep_command(
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Sweep score = cos(q, d) · ‖d‖^α over α for each dataset × model and print the table."""
-    from rich.console import Console
-
+    from normrank.progress import stderr_console
     from normrank.sweep import run_sweep
     from normrank.sweep.report import controls_table, markdown_table, write_all
 
-    err = Console(stderr=True)
+    err = stderr_console()
     options = {"max_seq_length": max_seq_length} if max_seq_length else None
 
     def report(run) -> None:
-        line = (
-            f"[green]{run.dataset} · {run.model}[/green]: cosine {run.mean('ndcg@10')[run.i0]:.4f}, "
-            f"best α {run.best_alpha:+g} ({run.gain_pct():+.1f}%), CV {run.cv_gain_pct:+.1f}% (p={run.p_value:.3g})"
-        )
-        if run.controls:
-            c = run.controls
-            line += (
-                f"; length CV {c['length']['cv']['gain_pct']:+.1f}% (p={c['length']['cv']['p_value']:.3g}), "
-                f"residual CV {c['residual']['cv']['gain_pct']:+.1f}%, permutation p={c['permutation']['p_value']:.3g}"
-            )
-        err.print(line)
+        err.print(summary_line(run))
 
     with user_errors():
         runs = run_sweep(

@@ -39,12 +39,11 @@ def train_head_command(
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Contrastive training (symmetric InfoNCE, SGD with decoupled weight decay) to norm convergence."""
-    from rich.console import Console
-
     from normrank.errors import NormrankError
+    from normrank.progress import stderr_console
     from normrank.train import train_head
 
-    err = Console(stderr=True)
+    err = stderr_console()
     try:
         result = train_head(
             data, model, weight_decay, out, variant=variant, pairs=pairs, split=split, out_dim=dim, lr=lr,

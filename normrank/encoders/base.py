@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -98,13 +98,20 @@ class _NoBar:
         return None
 
 
-class _RichBar:
-    """Description, bar, done/total, elapsed and remaining time, on stderr (stdout stays for results)."""
+class _Bar:
+    """Description, done/total, elapsed and remaining time, on stderr (stdout stays for results):
+    rich's bar on a terminal, plain lines at a steady pace elsewhere (normrank.progress)."""
 
-    def __init__(self, total: int, label: str, get_time: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        get_time: Callable[[], float] | None = None,
+        file: TextIO | None = None,
+    ) -> None:
         from normrank.progress import progress_bar
 
-        self._p = progress_bar(get_time=get_time)
+        self._p = progress_bar(get_time=get_time, file=file)
         self._task = self._p.add_task(label, total=total)
 
     def __enter__(self) -> Any:
@@ -116,7 +123,7 @@ class _RichBar:
 
 
 def _progress(total: int, label: str, show: bool) -> Any:
-    return _RichBar(total, label) if show else _NoBar()
+    return _Bar(total, label) if show else _NoBar()
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import sys
 import warnings
 from collections.abc import Mapping
 
@@ -318,12 +317,16 @@ def _refine_twin(inner: faiss.IndexRefine, unit: np.ndarray) -> tuple[faiss.Inde
 
 
 def _add_with_progress(target: faiss.Index, unit: np.ndarray, ids: np.ndarray, slow: bool) -> None:
-    """``add_with_ids``; a slow build (an HNSW graph) shows progress on a terminal, in chunks."""
-    if not slow or unit.shape[0] < 50_000 or not sys.stderr.isatty():
+    """``add_with_ids``; a slow build (an HNSW graph of 50k rows or more) shows its progress, in
+    chunks: a bar on a terminal, plain lines in a log (normrank.progress)."""
+    if not slow or unit.shape[0] < 50_000:
         target.add_with_ids(unit, ids)
         return
-    from rich.progress import track
+    from normrank.progress import progress_bar
 
     step = 20_000
-    for start in track(range(0, unit.shape[0], step), description="rebuilding HNSW", transient=True):
-        target.add_with_ids(unit[start : start + step], ids[start : start + step])
+    with progress_bar(transient=True) as bar:
+        task = bar.add_task("rebuilding HNSW", total=unit.shape[0])
+        for start in range(0, unit.shape[0], step):
+            target.add_with_ids(unit[start : start + step], ids[start : start + step])
+            bar.advance(task, min(step, unit.shape[0] - start))

@@ -75,7 +75,7 @@ def check_window(ids: np.ndarray, writer: int) -> None:
 
 
 @pytest.mark.parametrize("factory", ["Flat", "HNSW16", "IVF4,Flat"])
-def test_search_during_add_remove(factory):
+def test_search_during_add_remove(factory, record_property):
     index = NormIndex(DIM, alpha=0.5, factory=factory, k_factor=1000)
     if not index.is_trained:
         index.train(vectors(np.arange(5000, 6000)))
@@ -158,7 +158,7 @@ def test_search_during_add_remove(factory):
     assert not any(t.is_alive() for t in threads), "a thread did not finish: deadlock"
     if errors:
         raise errors[0]
-    print(f"\n[concurrency:{factory}] seconds={time.monotonic() - t0:.1f} {counts}")
+    record_property("counts", dict(counts))
     short = {k: (counts[k], v) for k, v in enough.items() if counts[k] < v}
     assert not short, f"no progress in {BOUND_SECONDS:.0f} s (starved?): {short}"
     # The final state is itself consistent.

@@ -718,12 +718,13 @@ def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
     shutil.rmtree(path.parent, ignore_errors=True)  # hundreds of examples: keep the disk free
 
 
-def test_zz_report():
-    """Prints the case counts (runs last in this module)."""
-    total = sum(COUNTS.values())
+def test_zz_report(record_property):
+    """The case counts (runs last in this module), to the report file (``pytest --junitxml``)."""
+    record_property("total_calls", sum(COUNTS.values()))
     assert OUTCOMES["save+load:ok"] == COUNTS["save"]  # every save of an accepted state loaded
     assert OUTCOMES["edge:reopen:ok"] == COUNTS["edge:reopen"]  # every Edge shard reopened unchanged
-    print(f"\n[fuzz] profile={'full' if FULL else 'small'} total_calls={total} {dict(COUNTS)}")
-    print(f"[fuzz] outcomes {dict(sorted(OUTCOMES.items()))}")
+    record_property("profile", "full" if FULL else "small")
+    record_property("counts", dict(COUNTS))
+    record_property("outcomes", dict(sorted(OUTCOMES.items())))
     # An untyped error is not caught by _call / _call_edge: it fails its test, so reaching here means 0.
-    print(f"[fuzz] untyped errors 0; Edge shards reopened unchanged {OUTCOMES['edge:reopen:ok']}")
+    record_property("untyped_errors", 0)

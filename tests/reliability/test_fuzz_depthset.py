@@ -196,5 +196,7 @@ def test_fuzz_depthset_build(files, min_words, tmp_path_factory):
     OUTCOMES["pages skipped"] += sum(stats.pages_skipped.values())
 
 
-def test_zz_report():
-    print(f"\n[fuzz-depthset] profile={'full' if FULL else 'small'} {dict(OUTCOMES)}")
+def test_zz_report(record_property):
+    """The tally (runs last in this module), to the report file (``pytest --junitxml``)."""
+    record_property("profile", "full" if FULL else "small")
+    record_property("outcomes", dict(OUTCOMES))

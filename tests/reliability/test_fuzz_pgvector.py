@@ -226,6 +226,7 @@ def test_fuzz_writes_by_sql_between_searches(pg_uri, seed, start, ops):
         table.close()
 
 
-def test_zz_report():
-    """Prints the case counts (runs last in this module)."""
-    print(f"\n[fuzz pgvector] profile={'full' if FULL else 'small'} {dict(sorted(COUNTS.items()))}")
+def test_zz_report(record_property):
+    """The case counts (runs last in this module), to the report file (``pytest --junitxml``)."""
+    record_property("profile", "full" if FULL else "small")
+    record_property("counts", dict(sorted(COUNTS.items())))

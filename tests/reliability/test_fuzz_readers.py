@@ -217,14 +217,15 @@ def test_fuzz_reader_cli(files, command, tmp_path_factory):
     assert "Traceback" not in res.output
 
 
-def test_zz_report():
+def test_zz_report(record_property):
     total = sum(COUNTS.values())
     assert OUTCOMES["load:UNTYPED"] == 0
     assert COUNTS["load"] >= (9000 if FULL else 600) and total > COUNTS["load"]
     ok = sum(v for k, v in OUTCOMES.items() if k.startswith("load:ok"))
     assert 0 < ok < COUNTS["load"]  # the generator reaches both sides
-    print(f"\n[fuzz-readers] profile={'full' if FULL else 'small'} total_calls={total} {dict(COUNTS)}")
-    print(f"[fuzz-readers] outcomes {dict(sorted(OUTCOMES.items()))}")
+    record_property("profile", "full" if FULL else "small")
+    record_property("counts", dict(COUNTS))
+    record_property("outcomes", dict(sorted(OUTCOMES.items())))
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

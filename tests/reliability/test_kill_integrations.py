@@ -102,7 +102,7 @@ def _run(kind: str, folder: Path, version: int, marker: Path, delay: float | Non
 
 
 @pytest.mark.parametrize("kind", ["langchain", "llamaindex"])
-def test_kill_during_integration_save(kind, tmp_path, monkeypatch):
+def test_kill_during_integration_save(kind, tmp_path, monkeypatch, record_property):
     if not _importable(kind):
         pytest.skip(f"the {kind} integration is not importable")
     for p in reversed(PATHS[1:]):
@@ -131,8 +131,8 @@ def test_kill_during_integration_save(kind, tmp_path, monkeypatch):
         assert alpha == pytest.approx(version / 10)
         found_new += version == target
         current = version
-    print(
-        f"\n[kill-{kind}] profile={'full' if FULL else 'small'} kills={kills} mid_save={mid} "
-        f"found_new={found_new} save_s~{np.median(save_s):.2f}"
-    )
+    record_property("kills", kills)
+    record_property("mid_save", mid)
+    record_property("found_new", found_new)
+    record_property("save_seconds_median", float(np.median(save_s)) if save_s else None)
     assert mid >= 1

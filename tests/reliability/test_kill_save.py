@@ -105,15 +105,17 @@ def _check_state(path: Path, candidates: dict[str, tuple[np.ndarray, np.ndarray,
     raise AssertionError(f"directory holds neither state: {len(ids)} ids, first {ids[:3]}")
 
 
-def _report(name: str, t: Tally) -> None:
-    print(
-        f"\n[kill-save:{name}] profile={'full' if FULL else 'small'} n={N} kills={t.kills} "
-        f"mid_save={t.mid_save} found_old={t.found_old} found_new={t.found_new} "
-        f"save_s~{np.median(t.save_seconds) if t.save_seconds else float('nan'):.2f}"
-    )
+def _report(record_property, name: str, t: Tally) -> None:
+    """The tally, to the report file (``pytest --junitxml``)."""
+    record_property(f"{name}:kills", t.kills)
+    record_property(f"{name}:mid_save", t.mid_save)
+    record_property(f"{name}:found_old", t.found_old)
+    record_property(f"{name}:found_new", t.found_new)
+    median = float(np.median(t.save_seconds)) if t.save_seconds else None
+    record_property(f"{name}:save_seconds_median", median)
 
 
-def test_kill_during_save_over_existing(tmp_path):
+def test_kill_during_save_over_existing(tmp_path, record_property):
     path = tmp_path / "ix"
     marker = tmp_path / "done"
     rng = random.Random(12345)
@@ -136,12 +138,12 @@ def test_kill_during_save_over_existing(tmp_path):
         t.found_old += found == "old"
         t.found_new += found == "new"
         current = target if found == "new" else current
-    _report("save", t)
+    _report(record_property, "save", t)
     assert t.kills >= KILLS
     assert t.mid_save >= 1  # the test really interrupted saves
 
 
-def test_kill_during_remove_and_save(tmp_path):
+def test_kill_during_remove_and_save(tmp_path, record_property):
     path = tmp_path / "ix"
     marker = tmp_path / "done"
     rng = random.Random(54321)
@@ -162,7 +164,7 @@ def test_kill_during_remove_and_save(tmp_path):
         t.found_new += found == "new"
         if found == "new":
             ids, norms = after[0], after[1]
-    _report("remove+save", t)
+    _report(record_property, "remove+save", t)
     assert t.kills >= KILLS
     assert t.mid_save >= 1
     # One save that completes removes the debris of every interrupted one.

@@ -43,7 +43,7 @@ _SCRIPT = textwrap.dedent(
         ("HNSW16", 10_000, 10_000, 10),  # ANN: queries are processed in blocks too
     ],
 )
-def test_search_memory_is_bounded(factory, n, nq, k):
+def test_search_memory_is_bounded(factory, n, nq, k, record_property):
     proc = subprocess.run(
         [sys.executable, "-c", _SCRIPT, factory, str(n), str(nq), str(k)],
         capture_output=True,
@@ -53,10 +53,8 @@ def test_search_memory_is_bounded(factory, n, nq, k):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     full_matrix_kib = nq * n * 4 // 1024
-    print(
-        f"\n[memory:{factory} n={n} nq={nq} k={k}] peak delta {out['delta_kib']} KiB, result "
-        f"{out['result_kib']} KiB, full score matrix {full_matrix_kib} KiB"
-    )
+    record_property("peak_delta_kib", out["delta_kib"])
+    record_property("full_matrix_kib", full_matrix_kib)
     # Bounded: a few times the result plus a fixed working set (score blocks are ~16 MB), far
     # below the (nq x n) matrix an unblocked implementation would allocate.
     assert out["delta_kib"] < 4 * out["result_kib"] + 160 * 1024
@@ -100,7 +98,7 @@ def _can_reset_peak_rss() -> bool:
 
 
 @pytest.mark.skipif(not _can_reset_peak_rss(), reason="needs Linux's /proc/self/clear_refs")
-def test_save_holds_no_serialised_copy_of_the_index():
+def test_save_holds_no_serialised_copy_of_the_index(record_property):
     """Issue 36: save held the index serialised twice (``serialize_index(...).tobytes()``) beside
     the index itself, 5.4 GB RSS for a 1M HNSW; it now streams FAISS's writer to the file."""
     proc = subprocess.run(
@@ -111,5 +109,5 @@ def test_save_holds_no_serialised_copy_of_the_index():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"\n[memory:save] peak above RSS {out['peak_kib']} KiB for a {out['index_kib']} KiB index")
+    record_property("peak_above_rss_kib", out["peak_kib"])
     assert out["peak_kib"] < out["index_kib"] / 3  # one copy would be the whole index

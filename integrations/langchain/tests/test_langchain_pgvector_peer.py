@@ -225,7 +225,7 @@ def documented_filters() -> dict[str, str]:
     return rows
 
 
-def test_pgvector_filter_differences_are_the_documented_ones(uri):
+def test_pgvector_filter_differences_are_the_documented_ones(uri, record_property):
     docs = [Document(id=f"d{i}", page_content=f"edge {i}", metadata=m) for i, m in enumerate(EDGE_DOCS)]
     theirs, ours = both(uri, docs)
     rows = documented_filters()
@@ -242,7 +242,8 @@ def test_pgvector_filter_differences_are_the_documented_ones(uri):
                 problems.append(f"{key}: undocumented difference: PGVector {a}, here {b}")
     stale = [k for k in rows if k not in {json.dumps(f) for f in EDGE_FILTERS}]
     assert not problems and not stale, "\n".join(problems + [f"no such edge filter: {k}" for k in stale])
-    print(f"\nPGVector filters on unusual data: {len(EDGE_FILTERS)} filters, {differ} documented differences")
+    record_property("edge_filters", len(EDGE_FILTERS))
+    record_property("documented_differences", differ)
 
 
 def test_the_connection_string_of_pgvector_opens_the_same_database(uri):

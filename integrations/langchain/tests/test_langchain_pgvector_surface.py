@@ -312,11 +312,11 @@ def test_pgvector_surface_is_same_or_documented(outcomes):
     assert not problems and not stale, "\n".join(problems + [f"stale row: {s}" for s in stale])
 
 
-def test_pgvector_counts(outcomes, capsys):
+def test_pgvector_counts(outcomes, record_property):
     kinds = [k.split(":")[0] for k in outcomes.values()]
     counts = {k: kinds.count(k) for k in ("same", "difference", "refusal", "absent", "untyped")}
-    with capsys.disabled():
-        print(f"\nPGVector surface: {len(outcomes)} calls: {counts}")
+    record_property("calls", len(outcomes))
+    record_property("counts", counts)
     said = re.search(
         r"PGVector count: (\d+) calls, (\d+) the same, (\d+)\s+documented differences, (\d+)\s+documented "
         r"refusals, (\d+) methods absent",
