@@ -240,6 +240,48 @@ def test_every_relative_link_resolves(page: Path):
     assert not bad, "\n".join(bad)
 
 
+# Test citations: a claim in docs/guarantees.md names the test that checks it, as
+# [`file.py`] or [`file.py::test_name`, `::test_other`] (a bare ``::name`` is in the file before).
+CITATION = re.compile(r"`((?:[\w/]+\.py)?)(?:::(\w+))?`")
+
+
+def citations(text: str) -> list[tuple[str, str | None]]:
+    found, current = [], None
+    for group in re.findall(r"\[([^\]]*`[^\]]*)\]", text):
+        for path, name in CITATION.findall(group):
+            current = path or current
+            if current and (path or name):
+                found.append((current, name or None))
+    return found
+
+
+def citation_problem(path: str, name: str | None) -> str | None:
+    file = REPO / "tests" / path
+    if not file.is_file():
+        return "no such test file"
+    if name and not re.search(rf"^\s*(?:async )?def {name}\(|^class {name}\b", file.read_text(), re.M):
+        return "no such test in it"
+    return None
+
+
+def test_every_cited_test_exists():
+    text = (REPO / "docs" / "guarantees.md").read_text()
+    cited = citations(text)
+    bad = [f"{p}::{n}: {why}" for p, n in cited if (why := citation_problem(p, n))]
+    assert len(cited) > 20 and not bad, "\n".join(bad)
+
+
+def test_the_citation_checker_can_fail():
+    assert citations("[`test_a.py::test_x`, `::test_y`] and [`b/c.py`]") == [
+        ("test_a.py", "test_x"),
+        ("test_a.py", "test_y"),
+        ("b/c.py", None),
+    ]
+    assert citation_problem("test_docs.py", "test_every_cited_test_exists") is None
+    assert citation_problem("test_docs.py", "test_no_such_thing") == "no such test in it"
+    assert citation_problem("no_such_file.py", None) == "no such test file"
+
+
 def test_the_link_checker_can_fail():
     """The checker itself: a missing file, a missing anchor and a link hidden in code."""
     page = REPO / "docs" / "x.md"  # never written: only its folder is used
