@@ -1,0 +1,49 @@
+"""The frontier benchmark's pure methods (benchmarks/frontier.py) on 500 random documents: the
+methods whose recall the chart reads as 1.0 by construction do reach it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+_env = dict(os.environ)
+# frontier imports speed.py, which pins thread counts in os.environ for its own runs: undone here.
+frontier = pytest.importorskip("frontier")
+os.environ.clear()
+os.environ.update(_env)
+from bench_exact import exact_top, recall, unit  # noqa: E402 - benchmarks/ is on the path above
+
+
+@pytest.fixture(scope="module")
+def docs():
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(500, 32)) * rng.lognormal(0, 0.5, (500, 1))).astype(np.float32)
+    return x, unit(x), np.linalg.norm(x, axis=1), unit(rng.normal(size=(20, 32)))
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.0, 1.0])
+def test_brute_force_is_exact(docs, alpha):
+    _, xu, norms, qu = docs
+    got = frontier.brute_force(xu, frontier.weights(norms, alpha), qu)
+    assert recall(got, exact_top(xu, norms, qu, alpha)) == 1.0
+
+
+@pytest.mark.parametrize("alpha", [-1.5, 1.0])
+def test_over_fetch_of_every_document_is_exact(docs, alpha):
+    _, xu, norms, qu = docs
+    index = faiss.IndexFlatIP(xu.shape[1])
+    index.add(xu)
+    got = frontier.over_fetch(index, qu, frontier.weights(norms, alpha), depth=xu.shape[0])
+    assert recall(got, exact_top(xu, norms, qu, alpha)) == 1.0
+
+
+def test_cheapest_point_at_the_target():
+    pts = [{"recall": 0.99, "us_1": 1.0}, {"recall": 1.0, "us_1": 5.0}, {"recall": 0.996, "us_1": 3.0}]
+    assert frontier.recall_at(pts)["us_1"] == 3.0
+    assert frontier.recall_at(pts[:1]) is None
