@@ -10,11 +10,16 @@ Glossary (one name per concept, as the code uses them):
 
 * **weight** ``w = base**alpha``: ``base`` is the raw norm, or a custom weight
   (``set_weights``); :func:`normrank.scoring.norm_weight`.
+* **options** / **plan**: a search's options (:class:`normrank.search.plan.SearchOptions`: k,
+  alpha, k_factor, method, n_tail, max_depth, breadth), built once from the call, become one
+  plan (:class:`~normrank.search.plan.SearchPlan`) whose ``method`` says what runs (``flat``,
+  ``cosine``, ``scan``, ``overfetch``) and which every later step reads.
+* **target**: what a search reads of one index state (:class:`normrank.search.searcher.SearchTarget`).
 * **candidates**: the ``depth`` best cosines the index returns for a query, re-scored exactly.
 * **depth** / **trust** / **band**: how many cosines are fetched, the rank whose cosine bounds
   every unseen document, and the first chunk of the weight-order scan; one rule,
   :func:`normrank.search.plan.plan_search` (``n_tail`` sets the band, ``max_depth`` caps the
-  depth, ``k_factor`` scales it), asked by NormIndex, the Qdrant and the Postgres backends.
+  depth of every method, ``k_factor`` scales it), asked by NormIndex, the Qdrant and the Postgres backends.
 * **weight order**: the documents by decreasing weight for one sign of alpha
   (:class:`normrank.search.ann.WeightOrder`, a view of one int32 argsort).
 * **scan**: reading documents in weight order, rows from FAISS's own storage

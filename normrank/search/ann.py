@@ -284,12 +284,19 @@ class WeightOrder:
         return QueryCodes(q) if self._codes_bytes and self.order.size else None
 
     def above(
-        self, q: np.ndarray, query: QueryCodes | None, lo: int, hi: int, weights: np.ndarray, kth: float
+        self,
+        q: np.ndarray,
+        query: QueryCodes | None,
+        span: tuple[int, int],
+        *,
+        weights: np.ndarray,
+        kth: float,
     ):
-        """``(ranks, scores)`` of the documents at weight ranks ``lo .. hi - 1`` whose score
-        ``(q . x) * w`` beats ``kth``, ranks ascending: read through the int8 codes where they
-        exist and ``kth`` > 0 (only the contenders' rows are read), else from the rows. The same
-        ranks and the same float32 scores either way."""
+        """``(ranks, scores)`` of the documents at weight ranks ``span = (lo, hi)`` (``hi``
+        excluded) whose score ``(q . x) * w`` beats ``kth``, ranks ascending: read through the
+        int8 codes where they exist and ``kth`` > 0 (only the contenders' rows are read), else
+        from the rows. The same ranks and the same float32 scores either way."""
+        lo, hi = span
         ranks, scores = [], []
         start = lo
         if query is not None and 0 < kth < np.inf:
@@ -401,71 +408,82 @@ def _search(
 def adaptive_search(
     index: faiss.Index,
     unit_q: np.ndarray,
-    k: int,
+    plan: SearchPlan,
+    *,
     weights: np.ndarray | None,
     lookup: IdLookup,
-    plan: SearchPlan,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of ``cos * weights`` through the ANN ``index`` (method in the module docstring).
+    """Top-``plan.k`` of ``cos * weights`` through the ANN ``index``, by ``plan.method``
+    (the scan in the module docstring; ``"cosine"``: the index's own ranking; ``"overfetch"``:
+    ``plan.depth`` candidates re-scored).
 
     Args:
         index: FAISS inner-product index over unit vectors; returns ids that ``lookup`` maps.
         unit_q: ``(nq, d)`` float32 unit queries.
-        k: results per query.
-        weights: ``(n,)`` float32 weights by storage position, or None (cosine).
+        plan: what runs and its depths (:func:`normrank.search.plan.plan_search`).
+        weights: ``(n,)`` float32 weights by storage position (None for ``"cosine"``).
         lookup: FAISS id -> storage position.
-        plan: depths (:func:`normrank.search.plan.plan_search`).
-        order: the documents in decreasing weight order; None (or ``plan.scan`` False)
-            re-scores the ``plan.depth`` candidates only (a fixed over-fetch, no bound).
+        order: the documents in decreasing weight order (read by ``"scan"`` only).
         stats: filled with what the search did when given.
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
     """
     stats = stats if stats is not None else SearchStats()
-    if weights is None:  # cosine: FAISS's own ranking is the answer, already sorted
-        stats.path = "cosine"
-        fetch = k
-        while True:
-            stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
-            cos, cand = _search(index, unit_q, fetch, plan.ef)
-            pos = lookup(cand)
-            if (pos >= 0).all():
-                return cos[:, :k], pos[:, :k]
-            if not ((pos < 0) & (cand >= 0)).any():
-                return np.where(pos >= 0, cos, -np.inf).astype(np.float32)[:, :k], pos[:, :k]
-            # Removed documents (HNSW tombstones) took places: drop them, fetch deeper to refill.
-            s, p = _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
-            if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
-                return s, p
-            fetch = min(2 * fetch, index.ntotal)
+    if plan.method == "cosine":
+        return _cosine(index, unit_q, plan, lookup, stats)
     cos, cand = _search(index, unit_q, plan.depth, plan.ef)
-    return rerank(cos, cand, unit_q, k, weights, lookup, plan, order if plan.scan else None, stats)
+    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats)
+
+
+def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStats):
+    """FAISS's own ranking, already sorted: the top ``plan.depth``, fetched deeper (doubling)
+    only while removed documents (HNSW tombstones) take places among them."""
+    k, fetch = plan.k, plan.depth
+    stats.path = plan.method
+    while True:
+        stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
+        cos, cand = _search(index, unit_q, fetch, plan.ef)
+        pos = lookup(cand)
+        if (pos >= 0).all():
+            return cos[:, :k], pos[:, :k]
+        if not ((pos < 0) & (cand >= 0)).any():
+            return np.where(pos >= 0, cos, -np.inf).astype(np.float32)[:, :k], pos[:, :k]
+        # Removed documents took places: drop them, fetch deeper to refill.
+        s, p = _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
+        if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
+            return s, p
+        fetch = min(2 * fetch, index.ntotal)
 
 
 def rerank(
     cos: np.ndarray,
     cand: np.ndarray,
     unit_q: np.ndarray,
-    k: int,
+    plan: SearchPlan,
+    *,
     weights: np.ndarray,
     lookup: IdLookup,
-    plan: SearchPlan,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
     candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
-    depth)`` are the best cosines per query and their ids (padded with ids ``-1``); the trusted
-    rank and first chunk are ``plan``'s (the depth is ``cos.shape[1]``: fewer where the source
-    returned fewer, and the trusted rank never past it)."""
+    depth)`` are the best cosines per query and their ids (padded with ids ``-1``), re-scored;
+    ``plan.method == "scan"`` then scans ``order`` from the plan's first chunk, trusting the
+    plan's rank (the depth is ``cos.shape[1]``: fewer where the source returned fewer, and the
+    trusted rank never past it)."""
     stats = stats if stats is not None else SearchStats()
+    k = plan.k
     depth = cos.shape[1]
-    stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), "scan" if order else "overfetch"
+    stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), plan.method
+    scan = order if plan.method == "scan" else None
     if unit_q.shape[0] == 1 and depth >= k:
-        got = _rerank_one(cos[0], cand[0], unit_q[0], k, weights, lookup, plan, order, stats)
+        got = _rerank_one(
+            cos[0], cand[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
+        )
         if got is not None:
             return got[0][None], got[1][None]
     pos = lookup(cand)
@@ -474,7 +492,7 @@ def rerank(
     # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
     top_s, top_p = _select(rescored, pos, k)
-    if order is None or not depth:
+    if scan is None or not depth:
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
     c_last = cos[:, trust - 1].astype(np.float64)
@@ -482,13 +500,14 @@ def rerank(
     if unit_q.shape[0] == 1:
         if exhausted[0]:
             return top_s, top_p
-        s, p = _scan_one(unit_q[0], top_s[0], top_p[0], pos[0][valid[0]], float(c_last[0]),
-                         weights, order, plan.band, stats)  # fmt: skip
+        s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(c_last[0]),
+                         weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
         return s[None], p[None]
-    return _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, plan.band, stats)
+    return _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
+                       weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
 
 
-def _rerank_one(cos, cand, q, k, weights, lookup, plan, order, stats):
+def _rerank_one(cos, cand, q, plan: SearchPlan, *, weights, lookup, order, stats):
     """:func:`rerank` of one query whose candidates are all live documents, on 1-D arrays and
     scalars (numpy's fixed cost per call is most of what a single query adds); None for
     anything else (pads, tombstones, non-finite scores): the general path decides."""
@@ -496,31 +515,33 @@ def _rerank_one(cos, cand, q, k, weights, lookup, plan, order, stats):
     if pos.min() < 0:
         return None
     rescored = cos * weights[pos]
-    top = np.argsort(-rescored, kind="stable")[:k]
+    top = np.argsort(-rescored, kind="stable")[: plan.k]
     s, p = rescored[top], pos[top]
     if not (np.isfinite(s[0]) and np.isfinite(s[-1])):
         return None
     if order is None:
         return s, p
-    c_last = float(cos[min(cos.size, max(k, plan.trust)) - 1])
-    return _scan_one(q, s, p, pos, c_last, weights, order, plan.band, stats)
+    c_last = float(cos[min(cos.size, max(plan.k, plan.trust)) - 1])
+    return _scan_one(q, (s, p), pos, c_last, weights=weights, order=order, band=plan.band, stats=stats)
 
 
-def _scan_one(q, s, p, seen, c_last, weights, order, band, stats):
+def _scan_one(q, top, seen, c_last, *, weights, order, band, stats):
     """One query's weight-order scan (the latency case): blocks of documents whose scores beat
     the k-th (:meth:`WeightOrder.above`: through the codes, or FAISS's inner products straight
-    from the rows), merged into ``s`` / ``p`` (best first)."""
+    from the rows), merged into ``top = (scores, positions)`` (best first)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     seen = np.sort(seen)  # re-scored candidates: met again in the scan, they count once
     codes = [None]  # the query's codes, made at its first block (many scans read none)
     try:
-        return _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes)
+        return _scan_one_loop(q, top, seen, c_last, weights=weights, order=order, band=band,
+                              stats=stats, codes=codes)  # fmt: skip
     finally:
         if codes[0] is not None:
             codes[0].close()
 
 
-def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
+def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
+    s, p = top
     k = s.size
     n = order.order.size
     scanned = 0
@@ -535,7 +556,8 @@ def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
             hi = min(stop, lo + _ONE_BLOCK)
             if codes[0] is None and hi - lo >= MIN_ROWS:
                 codes[0] = order.query_codes(q)
-            ranks, beat = order.above(q, codes[0] if hi - lo >= MIN_ROWS else None, lo, hi, weights, kth)
+            query = codes[0] if hi - lo >= MIN_ROWS else None
+            ranks, beat = order.above(q, query, (lo, hi), weights=weights, kth=kth)
             at = order.order[ranks]
             if at.size and seen.size:
                 hit = np.minimum(seen.searchsorted(at), seen.size - 1)
@@ -556,8 +578,10 @@ def _scan_one_loop(q, s, p, seen, c_last, weights, order, band, stats, codes):
         stats.scanned = max(stats.scanned, scanned)
 
 
-def _scan_batch(unit_q, top_s, top_p, pos, c_last, exhausted, weights, order, band, stats):
-    """A batch's weight-order scan: chunks doubling, one BLAS product per segment."""
+def _scan_batch(unit_q, top, c_last, exhausted, *, weights, order, band, stats):
+    """A batch's weight-order scan: chunks doubling, one BLAS product per segment. ``top``:
+    ``(scores, positions, candidate positions)`` of the re-scored candidates."""
+    top_s, top_p, pos = top
     k = top_s.shape[1]
     n = order.order.size
     heaps = BatchHeaps(top_s, top_p, pos)
