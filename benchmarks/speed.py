@@ -71,9 +71,9 @@ from bench_data import real_embeddings, synthetic_like  # noqa: E402
 from bench_exact import exact_top, recall, unit  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
-from normrank.search.ann import IdLookup  # noqa: E402
 from normrank.search.faiss_info import ann_params  # noqa: E402
 from normrank.search.flat import PRODUCT_BLAS  # noqa: E402
+from normrank.search.id_lookup import IdLookup  # noqa: E402
 from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, plan_search  # noqa: E402
 
 K = 10

@@ -14,10 +14,12 @@ from conftest import assert_same_topk
 from normrank import NormIndex
 from normrank.errors import InvalidParameterError
 from normrank.search import ann as ann_module
-from normrank.search.ann import IdLookup, WeightOrder, adaptive_search, scan_needed
+from normrank.search.ann import adaptive_search
 from normrank.search.bound import unseen_can_beat, weight_limit
+from normrank.search.id_lookup import IdLookup
 from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, SearchPlan, SearchStats, plan_search
 from normrank.search.rows import row_source
+from normrank.search.weight_order import WeightOrder, scan_needed
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
 K = 10
