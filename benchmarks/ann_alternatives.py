@@ -13,9 +13,9 @@ import faiss
 import numpy as np
 
 from normrank import topk
-from normrank.search.ann import IdLookup
 from normrank.search.bound import unseen_can_beat
 from normrank.search.faiss_info import ann_params
+from normrank.search.id_lookup import IdLookup
 
 _GROWTH = 4
 

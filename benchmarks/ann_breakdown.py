@@ -36,7 +36,7 @@ from speed import operating_point  # noqa: E402
 from normrank import NormIndex  # noqa: E402
 from normrank.search import ann  # noqa: E402
 from normrank.search.faiss_info import ann_params  # noqa: E402
-from normrank.search.plan import plan_search  # noqa: E402
+from normrank.search.plan import SearchOptions, plan_search  # noqa: E402
 
 ALPHAS = (-1.5, -0.75, 0.5, 1.0)
 CLOCK = time.thread_time
@@ -78,7 +78,7 @@ def breakdown(docs: np.ndarray, queries: np.ndarray, kind: str, label: str) -> l
     ]
     for a in ALPHAS:
         stats = [ni.search(q[i : i + 1], 10, alpha=a, return_stats=True)[2] for i in range(len(q))]
-        plan = plan_search(10, ni.k_factor, ni.ntotal, ann_params(plain))
+        plan = plan_search(SearchOptions(10, a, ni.k_factor, breadth=ann_params(plain)), ni.ntotal)
         depth, trust = plan.depth, plan.trust
         t_index = per_query_us(lambda i, d=depth, p=plan: ann._search(plain, qu[i : i + 1], d, p.ef), len(q))
         scanned = [st.scanned for st in stats]

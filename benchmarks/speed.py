@@ -71,10 +71,10 @@ from bench_data import real_embeddings, synthetic_like  # noqa: E402
 from bench_exact import exact_top, recall, unit  # noqa: E402
 
 from normrank import NormIndex  # noqa: E402
-from normrank.search.ann import IdLookup  # noqa: E402
 from normrank.search.faiss_info import ann_params  # noqa: E402
 from normrank.search.flat import PRODUCT_BLAS  # noqa: E402
-from normrank.search.plan import plan_search  # noqa: E402
+from normrank.search.id_lookup import IdLookup  # noqa: E402
+from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, plan_search  # noqa: E402
 
 K = 10
 # What timed() and timed_single() read: wall time, or with --clock cpu this thread's CPU time
@@ -321,12 +321,13 @@ def bench_ann(x, q, kind, alphas, nqs, reps, rows, label, *, evaluate_alternativ
 
         def depth_growing(z, a):
             w = (norms.astype(np.float64) ** a).astype(np.float32)
-            t = plan_search(K, 10, n, ann_params(plain)).band
+            plan = plan_search(SearchOptions(K, ANY_WEIGHTED_ALPHA, 10, breadth=ann_params(plain)), n)
+            t = plan.band
             if (t, a > 0) not in tails:
                 pos = np.argpartition(-w, t - 1)[:t]
                 tails[(t, a > 0)] = (pos, xu[pos])
             return depth_growing_search(
-                plain, unit(z), K, w, lk, start_depth=plan_search(K, 10, n, ann_params(plain)).depth, max_depth=n,
+                plain, unit(z), K, w, lk, start_depth=plan.depth, max_depth=n,
                 tail=tails[(t, a > 0)],
             )[1]  # fmt: skip
 

@@ -14,10 +14,12 @@ from conftest import assert_same_topk
 from normrank import NormIndex
 from normrank.errors import InvalidParameterError
 from normrank.search import ann as ann_module
-from normrank.search.ann import IdLookup, WeightOrder, adaptive_search, scan_needed
+from normrank.search.ann import adaptive_search
 from normrank.search.bound import unseen_can_beat, weight_limit
-from normrank.search.plan import SearchPlan, SearchStats, plan_search
+from normrank.search.id_lookup import IdLookup
+from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, SearchPlan, SearchStats, plan_search
 from normrank.search.rows import row_source
+from normrank.search.weight_order import WeightOrder, scan_needed
 
 ALPHAS = [-1.5, -0.75, 0.0, 0.5, 1.0]
 K = 10
@@ -118,8 +120,8 @@ def test_weight_order_scan_runs_to_the_end_when_needed():
     order = WeightOrder(ascending, 1, row_source(idx.faiss_index, idx._inner, idx.ids, 0))
     w = idx._weight_for(1.0)
     scores, pos = adaptive_search(
-        idx.faiss_index, unit_q.astype(np.float32), K, w, IdLookup(idx.ids), SearchPlan(K, K, 16),
-        order, stats=stats,
+        idx.faiss_index, unit_q.astype(np.float32), SearchPlan(K, K, K, 16), weights=w,
+        lookup=IdLookup(idx.ids), order=order, stats=stats,
     )  # fmt: skip
     assert_same_topk(brute_scores(x, q, 1.0), idx.ids, scores, idx.ids[pos], K)
     assert stats.rounds > 1 and stats.scanned > 16
@@ -233,7 +235,7 @@ def test_bad_ann_option():
 def test_hnsw_depth_never_widens_the_beam(ef, k):
     """The cosine fetch stays inside the efSearch beam (at least k): a deeper fetch would make
     FAISS widen the beam, the costliest thing a query could add."""
-    plan = plan_search(k, 10, 10**6, {"efSearch": ef})
+    plan = plan_search(SearchOptions(k, ANY_WEIGHTED_ALPHA, 10, breadth={"efSearch": ef}), 10**6)
     assert k <= plan.depth <= max(ef, k)
     assert plan.depth == (min(max(10 * k, ef // 8), max(ef, k)))
     assert plan.trust == min(plan.depth, max(2 * k, ef // 8))
@@ -243,7 +245,7 @@ def test_hnsw_depth_never_widens_the_beam(ef, k):
 def test_ivf_trusts_all_it_fetches(nprobe):
     params = {"nprobe": nprobe, "nlist": 64}
     for n in (1_000, 100_000, 10_000_000):
-        plan = plan_search(10, 10, n, params)
+        plan = plan_search(SearchOptions(10, ANY_WEIGHTED_ALPHA, 10, breadth=params), n)
         assert plan.depth == min(n, max(100, n * nprobe // 64 // 256))
         assert plan.trust == plan.depth
 

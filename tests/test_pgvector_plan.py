@@ -17,7 +17,7 @@ from conftest import assert_same_topk, brute_force, clustered
 
 from normrank import NormIndex
 from normrank.search import ann
-from normrank.search.plan import SearchPlan, plan_search
+from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, SearchPlan, plan_search
 
 psycopg = pytest.importorskip("psycopg", reason="needs psycopg: pip install 'normrank[postgres]'")
 pytest.importorskip("pgvector", reason="needs pgvector: pip install 'normrank[postgres]'")
@@ -48,6 +48,14 @@ def pg(pg_uri, rows) -> PgVectorNormIndex:
     return idx
 
 
+def _plan(k: int, k_factor: int, n: int, ef: int, **options) -> SearchPlan:
+    """plan_search's plan of a weighted search at ``efSearch = ef``."""
+    trust_whole_depth = options.pop("trust_whole_depth", False)
+    breadth = {"efSearch": ef}
+    return plan_search(SearchOptions(k, ANY_WEIGHTED_ALPHA, k_factor, breadth=breadth, **options), n,
+                       trust_whole_depth=trust_whole_depth)  # fmt: skip
+
+
 def _plans_of(monkeypatch, module, name: str, at: int) -> list[SearchPlan]:
     """The plans the function ``module.name`` is called with (argument ``at``), recorded."""
     seen: list[SearchPlan] = []
@@ -72,10 +80,10 @@ def test_a_postgres_search_uses_normindex_plan(pg, rows, monkeypatch, k, ef, k_f
     ni.add(x)
     ni.efSearch = ef
     pg.ef_search, pg.k_factor, pg.n_tail = ef, k_factor, n_tail
-    want = plan_search(k, k_factor, N, {"efSearch": ef}, n_tail=n_tail)
+    want = _plan(k, k_factor, N, ef, n_tail=n_tail)
     for alpha, qs in itertools.product((-1.0, 0.5), (q[:1], q)):
-        ni_plans = _plans_of(monkeypatch, ann, "adaptive_search", 5)
-        pg_plans = _plans_of(monkeypatch, B, "rerank", 6)
+        ni_plans = _plans_of(monkeypatch, ann, "adaptive_search", 2)
+        pg_plans = _plans_of(monkeypatch, B, "rerank", 3)
         ni.search(qs, k, alpha=alpha)
         s, i, stats = pg.search(qs, k, alpha=alpha, return_stats=True)
         monkeypatch.undo()
@@ -95,7 +103,7 @@ def test_return_stats_says_what_a_postgres_search_did(pg, rows):
     for alpha in (-1.0, 1.0):
         s, i, stats = pg.search(q, 10, alpha=alpha, return_stats=True)
         assert_same_topk(*brute_force(x, q, alpha), s, i, 10, tol=TOL)
-        assert stats.path == "scan" and stats.depth == plan_search(10, 10, N, {"efSearch": 100}).depth
+        assert stats.path == "scan" and stats.depth == _plan(10, 10, N, 100).depth
         assert stats.scanned >= 64 and stats.rounds >= 1 and stats.widened == pg.last_widened
         vectors = stats.scanned * DIM * 4  # float32 rows the scan read from the table, kept
         assert stats.cache_bytes == pg._copy.nbytes >= vectors + x.shape[0] * 12
@@ -122,8 +130,8 @@ def test_the_band_scored_in_sql_trusts_the_whole_depth_of_the_plan(pg, rows, mon
         s, i, stats = pg.search(q, 10, alpha=1.0, return_stats=True)
     finally:
         pg.client_band = True
-    plan = plan_search(10, 10, N, {"efSearch": 100}, trust_whole_depth=True)
-    assert plan.trust == plan.depth != plan_search(10, 10, N, {"efSearch": 100}).trust
+    plan = _plan(10, 10, N, 100, trust_whole_depth=True)
+    assert plan.trust == plan.depth != _plan(10, 10, N, 100).trust
     assert seen == [(plan.depth, plan.trust, plan.band)]
     assert (stats.path, stats.depth, stats.scanned) == ("sql_band", plan.depth, plan.band)
     assert_same_topk(*brute_force(x, q, 1.0), s, i, 10, tol=TOL)
@@ -139,7 +147,7 @@ def test_the_sql_function_computes_the_plan_depths(pg_uri):
             expr = sql.SQL(f"SELECT k, {S.PLAN_DEPTH}, {S.PLAN_TRUST} FROM generate_series(1, 300) AS k")
             got = c.execute(expr.format(kf=sql.Literal(kf), ef=sql.Literal(ef))).fetchall()
             for k, depth, trust in got:
-                plan = plan_search(k, kf, 10**9, {"efSearch": ef})
+                plan = _plan(k, kf, 10**9, ef)
                 assert (depth, trust) == (plan.depth, plan.trust), (k, kf, ef)
 
 

@@ -225,7 +225,7 @@ def test_max_depth_caps_the_cosine_prefetch_as_normindex(syn, alpha, monkeypatch
     """``max_depth`` caps the first round's cosine prefetch at the plan's depth, as NormIndex's
     (issue 47: the Edge backend did not pass it); the bound widens the band over what the
     shallower prefetch leaves, and the answer stays exact."""
-    from normrank.search.plan import plan_search
+    from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, plan_search
 
     ei, ref, q, _ = syn
     depths = []
@@ -240,7 +240,7 @@ def test_max_depth_caps_the_cosine_prefetch_as_normindex(syn, alpha, monkeypatch
         s, ids = ei.search(q, 10, alpha=alpha)
     finally:
         ei.k_factor, ei.max_depth = 2, None
-    want = plan_search(10, 10, len(ei), {}, max_depth=12).depth
+    want = plan_search(SearchOptions(10, ANY_WEIGHTED_ALPHA, 10, max_depth=12), len(ei)).depth
     assert want == 12 and depths == [want] * q.shape[0]
     assert_same_top(s, ids, *ref.search(q, 10, alpha=alpha))
 

@@ -15,6 +15,7 @@ from normrank.errors import (
     NonFiniteError,
     ZeroNormError,
 )
+from normrank.search.plan import SearchOptions
 from normrank.search.searcher import _one_query_args, search_args
 from normrank.validation import as_alpha, as_vectors, split_norms
 
@@ -25,7 +26,12 @@ def full_checks(q, k, alpha, dim=D, default_alpha=0.25, factor=10):
     """What search_args returned before the fast path: the general checks alone."""
     unit_q = split_norms(as_vectors(q, dim, what="queries", allow_1d=True))[0]
     a = default_alpha if alpha is None else alpha
-    return unit_q, int(k), as_alpha(a, unit_q.shape[0]), factor
+    return unit_q, as_alpha(a, unit_q.shape[0]), SearchOptions(int(k), a, factor)
+
+
+def options(k, alpha, default_alpha=0.0):
+    """The options NormIndex.search builds: the call's alpha, else the index's default."""
+    return SearchOptions(k, default_alpha if alpha is None else alpha)
 
 
 @pytest.mark.parametrize("shape", [(D,), (1, D)])
@@ -35,14 +41,14 @@ def test_fast_args_equal_the_full_checks_bit_for_bit(shape, alpha):
     for scale in (1e-20, 1e-3, 1.0, 1e3, 1e18):
         for _ in range(50):
             q = (scale * rng.standard_normal(shape)).astype(np.float32)
-            got = _one_query_args(q, 7, alpha, None, D, 0.25, 10)
+            got = _one_query_args(q, options(7, alpha, 0.25), D)
             assert got is not None  # the fast path was taken
             want = full_checks(q, 7, alpha)
             assert got[0].dtype == np.float32 and got[0].shape == (1, D)
             np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
-            assert got[1] == want[1] and got[3] == want[3]
-            np.testing.assert_array_equal(got[2], want[2])
-            assert got[2].dtype == want[2].dtype
+            assert (got[2].k, got[2].k_factor) == (want[2].k, want[2].k_factor)
+            np.testing.assert_array_equal(got[1], want[1])
+            assert got[1].dtype == want[1].dtype
 
 
 @pytest.mark.parametrize(
@@ -62,9 +68,9 @@ def test_fast_args_equal_the_full_checks_bit_for_bit(shape, alpha):
     ],
 )
 def test_fast_path_leaves_refusals_to_the_full_checks(q, k, alpha, error):
-    assert _one_query_args(q, k, alpha, None, D, 0.0, 10) is None
+    assert _one_query_args(q, options(k, alpha), D) is None
     with pytest.raises(error):
-        search_args(q, k, alpha, None, D, 0.0, 10)
+        search_args(q, options(k, alpha), D)
     idx = NormIndex(D, factory="HNSW16")
     idx.add(np.random.default_rng(1).standard_normal((50, D)).astype(np.float32))
     with pytest.raises(error):
@@ -75,17 +81,17 @@ def test_other_inputs_take_the_full_path_and_agree():
     """float64, lists, numpy scalars for alpha and k: not the fast path, the same answer."""
     rng = np.random.default_rng(2)
     q32 = rng.standard_normal(D).astype(np.float32)
-    fast = _one_query_args(q32, 3, 0.5, None, D, 0.0, 10)
+    fast = _one_query_args(q32, options(3, 0.5), D)
     for q, k, alpha in [
         (q32.astype(np.float64), 3, 0.5),
         (q32.tolist(), 3, 0.5),
         (q32, np.int64(3), 0.5),
         (q32, 3, np.float64(0.5)),
     ]:
-        assert _one_query_args(q, k, alpha, None, D, 0.0, 10) is None
-        got = search_args(q, k, alpha, None, D, 0.0, 10)
+        assert _one_query_args(q, options(k, alpha), D) is None
+        got = search_args(q, options(k, alpha), D)
         np.testing.assert_array_equal(got[0], fast[0])
-        np.testing.assert_array_equal(got[2], fast[2])
+        np.testing.assert_array_equal(got[1], fast[1])
 
 
 def brute_scores(x: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
@@ -118,7 +124,7 @@ def test_plan_follows_the_index_breadth_and_its_state(monkeypatch):
     and the derived state is dropped by any change of the index: every FAISS search runs at
     the breadth set at that moment (or wider, never narrower), single or batched."""
     from normrank.search import ann
-    from normrank.search.plan import plan_search
+    from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, plan_search
 
     used = []
     rng = np.random.default_rng(4)
@@ -139,7 +145,8 @@ def test_plan_follows_the_index_breadth_and_its_state(monkeypatch):
         for query in (q, x[:3]):  # the latency case and a batch
             idx.search(query, 5, alpha=0.5)
             # FAISS at this breadth, the depth planned for it (a stale plan would fetch another)
-            assert used[-1] == (ef, plan_search(5, 10, 400, {"efSearch": ef}).depth)
+            options = SearchOptions(5, ANY_WEIGHTED_ALPHA, 10, breadth={"efSearch": ef})
+            assert used[-1] == (ef, plan_search(options, 400).depth)
     hnsw.efSearch = 200
     idx.search(q, 5, alpha=0.5, ef_search=16)
     assert used[-1] == (16, 16)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from normrank.errors import IndexStateError, InvalidInputError, MissingDependencyError
-from normrank.search.ann import IdLookup
+from normrank.search.id_lookup import IdLookup
 from normrank.search.norm_band import powered, saturates
 from normrank.validation import as_weights
 

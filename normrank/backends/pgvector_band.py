@@ -249,12 +249,14 @@ def _rerank_all(copy, unit_q, alphas, cands, k, plan: SearchPlan, scores, ids, d
     lookup = cache.id_lookup(copy.ids)
     expect = min(plan.depth, copy.n)  # what the graph returns when it returns all it was asked
     did.depth = plan.depth
+    plan_k = replace(plan, k=k)  # (k within the rows the copy holds)
 
     def run(rows: np.ndarray, c: int) -> int:
         """:func:`rerank` of the queries ``rows`` over their first ``c`` cosines (the trusted
         rank never past ``c``: rerank's own clamp); 1 per query that scanned past the band."""
         one = SearchStats()
-        s, pos = rerank(cos[rows, :c], cand[rows, :c], unit_q[rows], k, weights, lookup, plan, order, one)
+        s, pos = rerank(cos[rows, :c], cand[rows, :c], unit_q[rows], plan_k, weights=weights, lookup=lookup,
+                        order=order, stats=one)  # fmt: skip
         _fill(scores, ids, rows, s, pos, copy.ids)
         did.scanned, did.rounds = max(did.scanned, one.scanned), did.rounds + one.rounds
         return one.widened if rows.size > 1 else int(one.scanned > plan.band)

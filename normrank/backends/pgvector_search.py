@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from normrank.backends import pgvector_band as B
 from normrank.backends import pgvector_sql as S
 from normrank.search.norm_band import hnsw_params, start_search
-from normrank.search.plan import SearchPlan, SearchStats, plan_search
+from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, SearchPlan, SearchStats, plan_search
 from normrank.validation import as_positive_int
 
 __all__ = ["EF_CAP", "Searches", "breadth"]
@@ -104,9 +104,10 @@ class Searches:
         counted) at ``hnsw.ef_search = ef``: NormIndex's for an HNSW at ``efSearch = ef``; the
         band scored in SQL trusts the whole depth (:func:`~normrank.search.plan.plan_search`)."""
         n = max(self._n if n is None else n, 1)
-        return plan_search(
-            k, self.k_factor, n, hnsw_params(ef), n_tail=self.n_tail, trust_whole_depth=sql_band
+        options = SearchOptions(
+            k, ANY_WEIGHTED_ALPHA, self.k_factor, n_tail=self.n_tail, breadth=hnsw_params(ef)
         )
+        return plan_search(options, n, trust_whole_depth=sql_band)
 
     def _fill_short(self, unit_q, short: np.ndarray, k: int, scores, ids) -> None:
         """The plain queries whose index scan returned fewer than ``k`` rows (dead rows past

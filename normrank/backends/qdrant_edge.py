@@ -17,7 +17,7 @@ queries' requests of a round go in one ``query_batch``):
    the mirrored norms, only to choose what to ask for next.
 2. The bound: with ``c_T`` the cosine at the trusted rank and ``kth`` the k-th of those
    scores, the band must hold every document whose weight could lift ``c_T`` past ``kth``:
-   :func:`normrank.search.ann.scan_needed` over the sorted weights (norms are mirrored in memory,
+   :func:`normrank.search.weight_order.scan_needed` over the sorted weights (norms are mirrored in memory,
    read from the shard when it is opened, so no count query is needed). The first band counts
    as seen only if the bound clears its points below the last cosine it returned.
 3. **Last round**, one request per query: the formula over the first round's top-k (fetched
@@ -64,7 +64,6 @@ from normrank.errors import (
     InvalidParameterError,
     UnknownIdError,
 )
-from normrank.search.ann import scan_needed
 from normrank.search.bound import cosine_ceiling, unseen_can_beat
 from normrank.search.norm_band import (
     first_band,
@@ -72,6 +71,7 @@ from normrank.search.norm_band import (
     search_depths,
     start_search,
 )
+from normrank.search.weight_order import scan_needed
 from normrank.validation import (
     Checked,
     as_alpha,
@@ -554,7 +554,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         self, cos: np.ndarray, s: np.ndarray, k: int, alpha: float, depth: int, trust: int, band: int
     ) -> int | None:
         """None when the bound holds; otherwise how many documents, in weight order, the band
-        must hold for it to (:func:`normrank.search.ann.scan_needed`).
+        must hold for it to (:func:`normrank.search.weight_order.scan_needed`).
 
         ``cos`` are the cosine prefetch's cosines in decreasing order (the ``depth`` best), ``s``
         the first round's top scores (cosine prefetch and first band together), likewise."""

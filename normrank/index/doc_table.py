@@ -4,7 +4,7 @@ exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree.
 
 Per document: the norm (float32); the id (int64) unless the ids are ``0 .. n - 1`` in order, the
 default (:class:`~normrank.search.doc_ids.DocIds`); custom weights (float32) when set; and
-id -> position as an :class:`~normrank.search.ann.IdLookup` (nothing for ids ``0 .. n - 1`` in
+id -> position as an :class:`~normrank.search.id_lookup.IdLookup` (nothing for ids ``0 .. n - 1`` in
 order, else 4 to 12 bytes), built at first use and dropped by any change. A position is the
 document's place in storage order: the id map's order (flat, HNSW; FAISS's ``IndexIDMap``
 holds the same ids once more, 8 bytes), or for an IVF the order added (where its row lies in
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from normrank.errors import DuplicateIdError, InvalidInputError, UnknownIdError
-from normrank.search.ann import IdLookup
 from normrank.search.doc_ids import DocIds
+from normrank.search.id_lookup import IdLookup
 from normrank.validation import MAX_ID
 
 __all__ = ["DocTable"]

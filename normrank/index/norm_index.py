@@ -23,9 +23,9 @@ from normrank.index.state import IndexState, check_state
 from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import SearchCache
 from normrank.search.faiss_info import breadth_knobs, inner_index, keeps_removed, set_breadth, with_ids
-from normrank.search.plan import SearchStats
+from normrank.search.plan import SearchOptions, SearchStats
 from normrank.search.rows import row_source
-from normrank.search.searcher import OneQuery, search_args, search_into
+from normrank.search.searcher import OneQuery, SearchTarget, search_args, search_into
 
 __all__ = ["NormIndex"]
 
@@ -48,8 +48,9 @@ class NormIndex(SearchKnobs):
     default ``ann="adaptive"`` re-scores the index's cosine candidates and scans documents in
     decreasing weight order until a bound proves the top-k (:mod:`normrank.search.ann`): exact up to
     what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
-    ``max_depth`` caps the cosine depth; ``ann="overfetch"`` re-scores a fixed
+    ``max_depth`` caps the cosine depth of every method; ``ann="overfetch"`` re-scores a fixed
     ``k * k_factor`` candidates (no scan; recall not guaranteed: benchmarks/results/speed_methods.md).
+    What runs is decided once per search (:func:`normrank.search.plan.plan_search`).
 
     Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /
     ``-1`` when fewer than ``k`` documents exist; equal scores in any order; memory bounded.
@@ -134,7 +135,8 @@ class NormIndex(SearchKnobs):
         """Sets the cosine candidates an ANN search fetches before exact re-scoring:
         ``k * k_factor`` (more when an IVF probes many documents), never past ``efSearch`` on
         HNSW (efSearch 16, k 10, k_factor 10 fetches 16), never past ``max_depth``;
-        ``ann="overfetch"`` fetches ``k * k_factor`` (:func:`normrank.search.plan.plan_search`)."""
+        ``ann="overfetch"`` fetches ``k * k_factor`` (within ``max_depth`` too;
+        :func:`normrank.search.plan.plan_search`)."""
         return self._k_factor
 
     @k_factor.setter
@@ -307,9 +309,16 @@ class NormIndex(SearchKnobs):
         (flat storage has its own kernel, an empty index nothing to search)."""
         if isinstance(self._inner, faiss.IndexFlat) or not self.ntotal:
             return False
+        return OneQuery(self._target())
+
+    def _target(self) -> SearchTarget:
+        """What a search reads of this state (under the lock)."""
         docs = self._docs
         self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
-        return OneQuery(self._index, self._inner, docs.doc_ids, docs.base, len(docs.tombstones), self._cache)
+        return SearchTarget(
+            index=self._index, inner=self._inner, doc_ids=docs.doc_ids, base=docs.base,
+            n_removed=len(docs.tombstones), cache=self._cache,
+        )  # fmt: skip
 
     # -- search -------------------------------------------------------------------------------
 
@@ -350,20 +359,24 @@ class NormIndex(SearchKnobs):
         if return_stats is not False and return_stats is not True:
             check.as_flag(return_stats, "return_stats")  # ("no" would read as True)
         stats = SearchStats()
+        # The call's options, else the index's (k, alpha and k_factor checked by the searcher).
+        options = SearchOptions(
+            k=k, alpha=self._alpha if alpha is None else alpha,
+            k_factor=self._k_factor if k_factor is None else k_factor,
+            method=self._ann, n_tail=self._n_tail, max_depth=self._max_depth,
+        )  # fmt: skip
         if k_factor is None and nprobe is None and ef_search is None and params is None:
             with self._lock:  # the latency case first: one float32 query, an ANN index
                 one = self._cache.one
                 if one is None:
                     one = self._cache.one = self._one_query()
-                got = one and one(
-                    q, k, alpha, self._alpha, self._k_factor, self._ann, self._n_tail, self._max_depth, stats
-                )
+                got = one and one(q, options, stats)
                 if got and return_stats:  # (counting the cache costs ~10 us: only when asked)
                     stats.cache_bytes = self._cache.nbytes
             if got:
                 return (*got, stats) if return_stats else got
-        unit_q, k, alphas, factor = search_args(q, k, alpha, k_factor, self.dim, self.alpha, self.k_factor)
-        scores = np.full((unit_q.shape[0], k), -np.inf, dtype=np.float32)
+        unit_q, alphas, options = search_args(q, options, self.dim)
+        scores = np.full((unit_q.shape[0], options.k), -np.inf, dtype=np.float32)
         ids = np.full(scores.shape, -1, dtype=np.int64)
         given = nprobe is not None or ef_search is not None or params is not None
         knobs = breadth_knobs(self._inner, nprobe, ef_search, params) if given else None
@@ -371,14 +384,8 @@ class NormIndex(SearchKnobs):
             old = set_breadth(self._inner, knobs) if knobs else None  # under the lock: one search at a time
             try:
                 if self.ntotal and unit_q.shape[0]:
-                    docs = self._docs
-                    self._cache.lookup = docs.lookup()  # one id -> position table: the doc table's
-                    search_into(
-                        scores, ids, unit_q, k, alphas, index=self._index, inner=self._inner,
-                        doc_ids=docs.doc_ids, base=docs.base, n_removed=len(docs.tombstones),
-                        cache=self._cache, factor=factor, ann=self.ann, n_tail=self.n_tail,
-                        max_depth=self.max_depth, device=self.device, stats=stats,
-                    )  # fmt: skip
+                    search_into(scores, ids, unit_q, alphas, options, target=self._target(), device=self.device,
+                                stats=stats)  # fmt: skip
                 if return_stats:
                     stats.cache_bytes = self._cache.nbytes
             finally:

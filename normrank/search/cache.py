@@ -18,8 +18,9 @@ import numpy as np
 
 from normrank import settings
 from normrank.scoring import norm_weight
-from normrank.search.ann import IdLookup, WeightOrder
+from normrank.search.id_lookup import IdLookup
 from normrank.search.rows import PrefixCopy
+from normrank.search.weight_order import WeightOrder
 
 __all__ = ["SearchCache"]
 
@@ -31,7 +32,7 @@ class SearchCache:
         powers: ``w**alpha`` (float32, by storage position) per alpha: the last
             ``WEIGHT_CACHE_ENTRIES`` used, within ``SEARCH_CACHE_BYTES``.
         ascending: storage positions by ascending weight base (int32), both signs' order.
-        orders: one :class:`~normrank.search.ann.WeightOrder` per sign of alpha (views of
+        orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
             first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each, and their int8 codes,
             at most ``SCAN_CODES_BYTES / 2`` each).

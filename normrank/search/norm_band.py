@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 
 from normrank.scoring import WEIGHT_CAP
 from normrank.search.bound import cosine_slack, weight_limit
-from normrank.search.plan import plan_search
+from normrank.search.plan import ANY_WEIGHTED_ALPHA, SearchOptions, plan_search
 from normrank.validation import as_alpha, as_k, as_vectors, split_norms
 
 __all__ = [
@@ -62,7 +62,9 @@ def first_band(n: int, params: dict[str, int], n_tail: int | None = None) -> int
     """Size of the first extreme-norm band: the plan's (:func:`normrank.search.plan.plan_search`:
     ~1/30 of the documents, at most 8 x ``hnsw_ef``, at most 2048 for an exact search), or
     ``n_tail``."""
-    return int(min(n, plan_search(1, 1, n, params).band if n_tail is None else int(n_tail)))
+    if n_tail is not None:
+        return int(min(n, int(n_tail)))
+    return int(min(n, plan_search(SearchOptions(1, ANY_WEIGHTED_ALPHA, 1, breadth=params), n).band))
 
 
 def search_depths(
@@ -75,7 +77,8 @@ def search_depths(
     band a few times smaller but lost recall through the graph's misses (26,953 real MiniLM
     embeddings, hnsw_ef = 512, alpha = 0.5: recall@10 0.979 trusting rank 128, 0.988 trusting
     rank 64; plain cosine recall 0.992)."""
-    plan = plan_search(k, k_factor, n, params, max_depth=max_depth)
+    options = SearchOptions(k, ANY_WEIGHTED_ALPHA, k_factor, max_depth=max_depth, breadth=params)
+    plan = plan_search(options, n)
     return plan.depth, plan.trust
 
 

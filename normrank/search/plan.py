@@ -10,30 +10,70 @@ Measured reasons for each number are in :func:`plan_search`'s docstring
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["SearchPlan", "SearchStats", "plan_search"]
+__all__ = ["ANY_WEIGHTED_ALPHA", "METHODS", "SearchOptions", "SearchPlan", "SearchStats", "plan_search"]
+
+#: What a search can run, as :attr:`SearchPlan.method` names it (and ``SearchStats.path``
+#: reports it): ``"flat"`` the exact kernel over flat storage; ``"cosine"`` (alpha = 0) the
+#: index's own ranking; ``"scan"`` candidates + weight-order scan + bound; ``"overfetch"``
+#: a fixed ``depth`` of candidates re-scored, no bound.
+METHODS = ("flat", "cosine", "scan", "overfetch")
+
+#: The alpha of a plan shared by weighted searches of every nonzero alpha (a backend's plan for
+#: its alpha groups): the plan depends on alpha only through alpha = 0 (``"cosine"``).
+ANY_WEIGHTED_ALPHA = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """The options of one search, built once from the public call (the call's own values, else
+    the index's) and read by :func:`plan_search` and nothing later: the plan says what runs.
+
+    Attributes:
+        k: results per query.
+        alpha: the exponent of ``w = base**alpha`` (a number once the queries are grouped by
+            alpha; at the public call, the caller's value or one per query, checked later).
+        k_factor: scales the cosine depth (``k * k_factor``).
+        method: the index's ``ann`` option: ``"adaptive"`` (scan + bound) or ``"overfetch"``.
+        n_tail: the weight-order scan's first chunk (None: the plan's).
+        max_depth: caps the cosine depth of every method (never below ``k``).
+        breadth: the FAISS breadth the search runs at (``{"efSearch": ef}`` for HNSW,
+            ``{"nprobe": p, "nlist": L}`` for IVF, ``{}`` for an exact cosine source).
+    """
+
+    k: int
+    alpha: float
+    k_factor: int = 10
+    method: str = "adaptive"
+    n_tail: int | None = None
+    max_depth: int | None = None
+    breadth: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """What one (k, alpha sign, breadth) search does; built only by :func:`plan_search`.
+    """What one search does; built only by :func:`plan_search` from a :class:`SearchOptions`.
 
     Attributes:
+        k: results per query.
         depth: cosines fetched from the index per query.
         trust: the rank whose cosine bounds every document not fetched (``<= depth``).
         band: the weight-order scan's first chunk (rows in decreasing weight order).
         ef: the HNSW ``efSearch`` the plan was made for (None: not HNSW). A fetch deeper than
             it searches with the beam widened to the fetch (FAISS would fill the fetch from the
             narrower beam otherwise: worse results), never narrowed.
-        scan: False for a fixed over-fetch (``ann="overfetch"``: re-score ``depth``, no bound).
+        method: what runs, one of :data:`METHODS`; every later step (and ``SearchStats.path``)
+            reads it.
     """
 
+    k: int
     depth: int
     trust: int
     band: int
     ef: int | None = None
-    scan: bool = True
+    method: str = "scan"
 
 
 @dataclass
@@ -78,19 +118,15 @@ class SearchStats:
 
 
 def plan_search(
-    k: int,
-    k_factor: int,
-    n: int,
-    params: dict[str, int],
-    *,
-    n_tail: int | None = None,
-    max_depth: int | None = None,
-    overfetch: bool = False,
-    trust_whole_depth: bool = False,
+    options: SearchOptions, n: int, *, flat: bool = False, trust_whole_depth: bool = False
 ) -> SearchPlan:
-    """The plan of a search for ``k`` results over ``n`` stored vectors at the index breadth
-    ``params`` (``{"efSearch": ef}`` for HNSW, ``{"nprobe": p, "nlist": L}`` for IVF, ``{}``
-    for an exact cosine source).
+    """The plan of a search for ``options.k`` results over ``n`` stored vectors at the index
+    breadth ``options.breadth``; ``flat``: the vectors are in flat storage (the exact kernel).
+
+    * **method** (what runs): ``"flat"`` for flat storage; ``"overfetch"`` for
+      ``method="overfetch"`` (``k * k_factor`` candidates re-scored, no scan); ``"cosine"`` at
+      alpha = 0 (the index's own ranking: ``k`` cosines, fetched deeper only to refill the
+      places removed documents took); else ``"scan"``, with the depths below.
 
     * **depth** (cosines fetched). HNSW: the trusted eighth of the ``efSearch`` beam, or
       ``k * k_factor`` if more, never past the beam itself (at least ``k``): a deeper fetch makes
@@ -111,25 +147,31 @@ def plan_search(
     * **band** (first scan chunk): ``n_tail``, else ~1/30 of the documents, at least 64, capped so
       that it stays a fraction of the ANN's own work (IVF: a quarter of the probed share; HNSW:
       8 x efSearch; else 2048). Later chunks are read off the bound.
+
+    ``max_depth`` caps the depth of every method (at least ``k``).
     """
-    if overfetch:
-        depth = min(n, k * k_factor)
-        return SearchPlan(depth, depth, 0, params.get("efSearch"), scan=False)
+    k, k_factor, params = options.k, options.k_factor, options.breadth
+    ef = params.get("efSearch")
+    if flat:
+        return SearchPlan(k=k, depth=n, trust=n, band=n, method="flat")
+    if options.method == "overfetch":
+        depth = _capped(min(n, k * k_factor), options)
+        return SearchPlan(k=k, depth=depth, trust=depth, band=0, ef=ef, method="overfetch")
+    if options.alpha == 0:
+        depth = _capped(min(n, k), options)
+        return SearchPlan(k=k, depth=depth, trust=depth, band=0, ef=ef, method="cosine")
     if "efSearch" in params:
-        ef = params["efSearch"]
         depth = min(max(k * k_factor, ef // 8), max(ef, k))
     elif "nprobe" in params:
         probed = n * params["nprobe"] // max(params.get("nlist", 1), 1)
         depth = max(k * k_factor, probed // 256)
     else:
         depth = k * k_factor
-    depth = min(n, depth)
-    if max_depth is not None:
-        depth = min(depth, max(k, max_depth))
+    depth = _capped(min(n, depth), options)
     trust = max(2 * k, params["efSearch"] // 8) if "efSearch" in params and not trust_whole_depth else depth
     trust = max(1, min(depth, max(k, trust)))
-    if n_tail is not None:
-        band = int(n_tail)
+    if options.n_tail is not None:
+        band = int(options.n_tail)
     else:
         cap = 2048
         if "efSearch" in params:
@@ -137,4 +179,12 @@ def plan_search(
         elif "nprobe" in params and params.get("nlist"):
             cap = int(n * params["nprobe"] / params["nlist"] / 4)
         band = max(64, min(n // 30, cap))
-    return SearchPlan(depth, trust, int(max(0, min(n, band))), params.get("efSearch"))
+    band = int(max(0, min(n, band)))
+    return SearchPlan(k=k, depth=depth, trust=trust, band=band, ef=ef, method="scan")
+
+
+def _capped(depth: int, options: SearchOptions) -> int:
+    """``depth`` within ``options.max_depth`` (never below ``k``): the one depth cap."""
+    if options.max_depth is None:
+        return depth
+    return min(depth, max(options.k, options.max_depth))

@@ -32,9 +32,9 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from normrank.search.ann import IdLookup
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import flat_storage, is_idmap, stored_ids
+from normrank.search.id_lookup import IdLookup
 
 __all__ = [
     "BLOCK_ROWS",

@@ -6,6 +6,7 @@ the ANN method (:mod:`normrank.search.ann`) for IVF / HNSW, at the depths of one
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import faiss
 import numpy as np
@@ -15,7 +16,7 @@ from normrank.search.cache import SearchCache
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage
 from normrank.search.flat import weighted_flat_search
-from normrank.search.plan import SearchStats, plan_search
+from normrank.search.plan import SearchOptions, SearchPlan, SearchStats, plan_search
 from normrank.search.rows import row_source
 from normrank.validation import (
     MAX_ABS_ALPHA,
@@ -28,37 +29,58 @@ from normrank.validation import (
     storable_norm,
 )
 
-__all__ = ["OneQuery", "search_args", "search_into"]
+__all__ = ["OneQuery", "SearchTarget", "search_args", "search_into"]
 
 # ANN searches run this many queries at a time, so candidate arrays stay bounded.
 _ANN_QUERY_BLOCK = 256
 
 
-def search_args(q, k, alpha, k_factor, dim: int, default_alpha: float, default_factor: int):
-    """A search call's arguments checked: ``(unit queries, k, one alpha per query, k_factor)``."""
-    one = _one_query_args(q, k, alpha, k_factor, dim, default_alpha, default_factor)
+@dataclass(frozen=True, slots=True)
+class SearchTarget:
+    """What a search reads of one index state: ``index`` holds the unit vectors (``inner``:
+    the index beneath its id map), ``doc_ids`` and ``base`` (the values alpha exponentiates)
+    are by storage position, ``n_removed`` counts tombstoned vectors still in ``index``, and
+    ``cache`` is the state's search cache."""
+
+    index: faiss.Index
+    inner: faiss.Index
+    doc_ids: DocIds
+    base: np.ndarray
+    n_removed: int
+    cache: SearchCache
+
+    @property
+    def n_stored(self) -> int:
+        """Vectors in the FAISS index, removed ones still in it included."""
+        return self.doc_ids.size + self.n_removed
+
+
+def search_args(q, options: SearchOptions, dim: int) -> tuple[np.ndarray, np.ndarray, SearchOptions]:
+    """A search call's arguments checked: ``(unit queries, one alpha per query, options)``,
+    the options' ``k`` and ``k_factor`` checked (``options.alpha``: the call's, or the index's
+    default, as given)."""
+    one = _one_query_args(q, options, dim)
     if one is not None:
         return one
     queries = as_vectors(q, dim, what="queries", allow_1d=True)
     nq = queries.shape[0]
-    k = as_k(k, nq)
-    alphas = as_alpha(default_alpha if alpha is None else alpha, nq)
-    factor = default_factor if k_factor is None else as_k_factor(k_factor)
+    k = as_k(options.k, nq)
+    alphas = as_alpha(options.alpha, nq)
     unit_q = split_norms(queries, what="queries")[0] if nq else queries
-    return unit_q, k, alphas, factor
+    return unit_q, alphas, replace(options, k=k, k_factor=as_k_factor(options.k_factor))
 
 
-def _one_query_args(q, k, alpha, k_factor, dim: int, default_alpha: float, default_factor: int):
+def _one_query_args(q, options: SearchOptions, dim: int):
     """:func:`search_args` for the latency case (one float32 query of the index's dimension, a
     plain int ``k`` and number ``alpha``) in a few numpy calls; None for anything else, and for
     anything the full checks would refuse, so that those raise their own typed errors."""
-    if k_factor is not None:
+    one = _one_query(q, options.k, options.alpha, dim)
+    if one is None:
         return None
-    one = _one_query(q, k, alpha, dim, default_alpha)
-    return None if one is None else (one[0], k, np.array([one[1]]), default_factor)
+    return one[0], np.array([one[1]]), replace(options, k_factor=as_k_factor(options.k_factor))
 
 
-def _one_query(q, k, alpha, dim: int, default_alpha: float) -> tuple[np.ndarray, float] | None:
+def _one_query(q, k, alpha, dim: int) -> tuple[np.ndarray, float] | None:
     """``(unit query (1, dim) float32, alpha)`` of :func:`_one_query_args`, or None. The unit
     query is computed by the same operations as :func:`split_norms`: bit for bit the same."""
     if (
@@ -71,68 +93,59 @@ def _one_query(q, k, alpha, dim: int, default_alpha: float) -> tuple[np.ndarray,
         or not 1 <= k <= MAX_RESULT_ENTRIES
     ):
         return None
-    a = default_alpha if alpha is None else alpha
-    if type(a) not in (float, int) or not -MAX_ABS_ALPHA <= a <= MAX_ABS_ALPHA:  # NaN fails too
+    if type(alpha) not in (float, int) or not -MAX_ABS_ALPHA <= alpha <= MAX_ABS_ALPHA:  # NaN fails too
         return None
     x64 = q.reshape(1, dim).astype(np.float64)
     norm = math.sqrt(np.einsum("ij,ij->i", x64, x64)[0])  # IEEE sqrt: numpy's, bit for bit
     if not storable_norm(norm):  # zero, NaN or inf: the full checks say which
         return None
     # (dividing by the float is the same IEEE division as by split_norms' broadcast column)
-    return (x64 / norm).astype(np.float32), float(a)
+    return (x64 / norm).astype(np.float32), float(alpha)
 
 
 def search_into(
     scores: np.ndarray,
     ids: np.ndarray,
     unit_q: np.ndarray,
-    k: int,
     alphas: np.ndarray,
+    options: SearchOptions,
     *,
-    index: faiss.Index,
-    inner: faiss.Index,
-    doc_ids: DocIds,
-    base: np.ndarray,
-    n_removed: int,
-    cache: SearchCache,
-    factor: int,
-    ann: str,
-    n_tail: int | None,
-    max_depth: int | None,
+    target: SearchTarget,
     device: str | None,
     stats: SearchStats | None = None,
 ) -> None:
-    """Fill ``scores`` / ``ids`` ``(nq, k)`` with the top-``k`` of ``cos * base**alpha``.
-
-    ``index`` holds the unit vectors (``inner``: the index beneath its id map), ``doc_ids`` and
-    ``base`` (weights) are by storage position, ``n_removed`` counts tombstoned vectors still in
-    ``index``; the options are those of ``NormIndex``; ``stats`` is filled when given (its
-    ``cache_bytes`` by the caller, who owns the cache)."""
+    """Fill ``scores`` / ``ids`` ``(nq, k)`` with the top-``k`` of ``cos * base**alpha``, one
+    plan (:func:`normrank.search.plan.plan_search`) per alpha of ``alphas`` (one per query);
+    ``stats`` is filled when given (its ``cache_bytes`` by the caller, who owns the cache)."""
     stats = stats if stats is not None else SearchStats()
     nq = unit_q.shape[0]
+    doc_ids, cache = target.doc_ids, target.cache
     # The work is bounded by what exists: a huge k on a few documents costs what k = ntotal does,
     # and the rest of each row stays the -inf / -1 padding the caller allocated.
-    if k > doc_ids.size:
-        k = doc_ids.size
-        scores, ids = scores[:, :k], ids[:, :k]
-    flat = inner if isinstance(inner, faiss.IndexFlat) else None
+    k = min(options.k, doc_ids.size)
+    scores, ids = scores[:, :k], ids[:, :k]
+    flat = target.inner if isinstance(target.inner, faiss.IndexFlat) else None
+    breadth = {} if flat is not None else ann_params(target.inner)  # FAISS's, now
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
         alpha = float(a)
+        plan = plan_search(replace(options, k=k, alpha=alpha, breadth=breadth), target.n_stored,
+                           flat=flat is not None)  # fmt: skip
         group = SearchStats()
-        if flat is not None:  # the flat kernel blocks queries and documents itself
-            weights = cache.power(base, alpha)
-            s, pos = _search_flat(flat, weights, unit_q[rows], k, alpha, cache, device)
-            group.path, group.scanned, group.depth, group.rounds = "flat", doc_ids.size, doc_ids.size, 1
+        if plan.method == "flat":  # the flat kernel blocks queries and documents itself
+            weights = cache.power(target.base, alpha)
+            s, pos = _search_flat(flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
+                                  device=device)  # fmt: skip
+            group.path, group.scanned, group.depth, group.rounds = plan.method, plan.depth, plan.depth, 1
         else:
-            args = _ann_args(index, inner, doc_ids, base, n_removed, cache, k, alpha, factor, ann,
-                             n_tail, max_depth, ann_params(inner))  # fmt: skip
+            weights, lookup, order = _ann_inputs(target, plan, alpha)
             parts = []
             for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
                 block = SearchStats()
-                parts.append(_ann.adaptive_search(index, unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]], k, *args,
-                                                  stats=block))  # fmt: skip
+                q = unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]]
+                parts.append(_ann.adaptive_search(target.index, q, plan, weights=weights, lookup=lookup,
+                                                  order=order, stats=block))  # fmt: skip
                 group.include(block)
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
@@ -142,22 +155,20 @@ def search_into(
             stats.groups[alpha] = group
 
 
-def _ann_args(index, inner, doc_ids, base, n_removed, cache: SearchCache, k, alpha, factor, ann,
-              n_tail, max_depth, params):  # fmt: skip
-    """``(weights, lookup, plan, order)`` of :func:`normrank.search.ann.adaptive_search` for one
-    alpha at the breadth ``params`` (read by the caller: FAISS's breadth can change under us)."""
-    n_all = doc_ids.size + n_removed
-    overfetch = ann == "overfetch"
-    plan = plan_search(k, factor, n_all, params, n_tail=n_tail, max_depth=max_depth, overfetch=overfetch)
-    weights = cache.power(base, alpha)
-    if overfetch and weights is None:  # cosine through the re-scoring path: weights 1
-        weights = np.ones(doc_ids.size, dtype=np.float32)
+def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
+    """``(weights, lookup, order)`` that :func:`normrank.search.ann.adaptive_search` reads for
+    ``plan`` at ``alpha``: the weights (ones for an over-fetch at alpha = 0: cosine re-scored),
+    the id -> position lookup, and the weight order a ``"scan"`` reads (else None)."""
+    cache = target.cache
+    weights = cache.power(target.base, alpha)
+    if plan.method == "overfetch" and weights is None:  # cosine through the re-scoring path: weights 1
+        weights = np.ones(target.doc_ids.size, dtype=np.float32)
     order = None
-    if not overfetch and weights is not None:
+    if plan.method == "scan":
         if cache.rows is None:
-            cache.rows = row_source(index, inner, doc_ids, n_removed)
-        order = cache.order(base, alpha, cache.rows)
-    return weights, cache.id_lookup(doc_ids), plan, order
+            cache.rows = row_source(target.index, target.inner, target.doc_ids, target.n_removed)
+        order = cache.order(target.base, alpha, cache.rows)
+    return weights, cache.id_lookup(target.doc_ids), order
 
 
 class OneQuery:
@@ -167,35 +178,40 @@ class OneQuery:
     bit; anything else returns None and the general path decides (and raises its typed errors).
     """
 
-    __slots__ = ("_base", "_breadth", "_cache", "_dim", "_doc_ids", "_index", "_inner", "_n_removed")
+    __slots__ = ("_breadth", "_dim", "_target")
 
-    def __init__(self, index, inner, doc_ids: DocIds, base: np.ndarray, n_removed: int, cache: SearchCache):
-        self._index, self._inner, self._doc_ids, self._base = index, inner, doc_ids, base
-        self._n_removed, self._cache = n_removed, cache
-        self._dim = int(index.d)
-        self._breadth = breadth_reader(inner)
+    def __init__(self, target: SearchTarget):
+        self._target = target
+        self._dim = int(target.index.d)
+        self._breadth = breadth_reader(target.inner)
 
-    def __call__(self, q, k, alpha, default_alpha: float, factor: int, ann: str, n_tail, max_depth,
-                 stats: SearchStats | None = None):  # fmt: skip
+    def __call__(self, q, options: SearchOptions, stats: SearchStats | None = None):
         """``(scores, ids)`` ``(1, k)``, or None: not the latency case."""
-        one = _one_query(q, k, alpha, self._dim, default_alpha)
-        if one is None or k > self._doc_ids.size:
+        target = self._target
+        one = _one_query(q, options.k, options.alpha, self._dim)
+        if one is None or options.k > target.doc_ids.size:
             return None
         unit_q, a = one
         stats = stats if stats is not None else SearchStats()
-        if a == 0 and not self._n_removed and ann != "overfetch":
+        o = options  # (built whole: dataclasses.replace costs twice as much, on a ~50 us path)
+        options = SearchOptions(k=o.k, alpha=a, k_factor=o.k_factor, method=o.method, n_tail=o.n_tail,
+                                max_depth=o.max_depth, breadth=self._breadth())  # fmt: skip
+        plan = plan_search(options, target.n_stored)
+        if plan.method == "cosine" and not target.n_removed:
             # Cosine: FAISS's own answer, its ids as they are (no id round trip).
-            cos, cand = _ann._search(self._index, unit_q, k, self._breadth().get("efSearch"))
+            cos, cand = _ann._search(target.index, unit_q, plan.depth, plan.ef)
             if cand[0, -1] >= 0:
-                stats.path, stats.depth, stats.rounds = "cosine", k, 1
+                stats.path, stats.depth, stats.rounds = plan.method, plan.depth, 1
                 return cos, cand
-        args = _ann_args(self._index, self._inner, self._doc_ids, self._base, self._n_removed, self._cache,
-                         k, a, factor, ann, n_tail, max_depth, self._breadth())  # fmt: skip
-        s, pos = _ann.adaptive_search(self._index, unit_q, k, *args, stats=stats)
-        return s, self._doc_ids.at(pos)
+        weights, lookup, order = _ann_inputs(target, plan, a)
+        s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,
+                                      order=order, stats=stats)  # fmt: skip
+        return s, target.doc_ids.at(pos)
 
 
-def _search_flat(flat, weights, unit_q, k, alpha, cache: SearchCache, device: str | None):
+def _search_flat(
+    flat, unit_q, plan: SearchPlan, *, weights, alpha: float, cache: SearchCache, device: str | None
+):
     storage = flat_storage(flat)
     if device is not None:
         from normrank.search import torch_flat
@@ -203,5 +219,5 @@ def _search_flat(flat, weights, unit_q, k, alpha, cache: SearchCache, device: st
         if cache.device is None:
             cache.device = torch_flat.TorchFlatStore(storage, device)
         w = cache.device.weights_on_device(alpha, weights)
-        return torch_flat.weighted_flat_search(cache.device.vectors, w, unit_q, k)
-    return weighted_flat_search(storage, weights, unit_q, k)
+        return torch_flat.weighted_flat_search(cache.device.vectors, w, unit_q, plan.k)
+    return weighted_flat_search(storage, weights, unit_q, plan.k)

@@ -138,7 +138,7 @@ def test_a_lookup_built_from_replaced_ids_is_never_used() -> None:
     """The race of defect 4, made deterministic: a reader builds the id table from the ids it
     read, a writer replaces them meanwhile, the reader stores its table last."""
     from normrank.index.doc_table import DocTable
-    from normrank.search.ann import IdLookup
+    from normrank.search.id_lookup import IdLookup
 
     table = DocTable(np.array([5, 9, 11]), np.ones(3), None, [], 0)
     read = table.doc_ids
