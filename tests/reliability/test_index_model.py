@@ -56,6 +56,7 @@ SETTINGS = settings(
     derandomize=not FULL,  # CI is reproducible; the full profile explores
     suppress_health_check=list(HealthCheck),
     database=None,
+    print_blob=True,  # a failure in the full profile (not derandomized) prints its @reproduce_failure
 )
 COUNTS: Counter[str] = Counter()
 TRAIN = np.random.default_rng(46).normal(size=(256, D))  # IVF centroids: fixed, not part of a case
