@@ -48,7 +48,7 @@ from bench_data import real_embeddings, synthetic_like
 from bench_exact import exact_top, recall, unit
 
 from normrank import NormIndex
-from normrank.search.ann import IdLookup
+from normrank.search.id_lookup import IdLookup
 
 K = 10
 KPRIMES = (10, 20, 50, 100, 200, 500, 1000, 2000, 4096)

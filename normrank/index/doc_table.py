@@ -101,23 +101,29 @@ class DocTable:
         if self.weights is not None and weights is None and new_ids.size:
             raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
 
+    # append and drop compute the new table first and swap it in with one assignment (no call
+    # between its stores, so no interrupt lands among them): the table is the old one or the new.
+
     def append(self, new_ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None) -> None:
-        self.doc_ids = self.doc_ids.appended(new_ids)
-        self.norms = np.concatenate([self.norms, norms])
-        if self.weights is not None:
-            self.weights = np.concatenate([self.weights, weights if weights is not None else norms])
-        self._lookup = None
-        self.next_id = max(self.next_id, int(new_ids.max()) + 1)
+        doc_ids = self.doc_ids.appended(new_ids)
+        all_norms = np.concatenate([self.norms, norms])
+        all_weights = self.weights
+        if all_weights is not None:
+            all_weights = np.concatenate([all_weights, weights if weights is not None else norms])
+        next_id = max(self.next_id, int(new_ids.max()) + 1)
+        self.doc_ids, self.norms, self.weights, self.next_id, self._lookup = (
+            doc_ids, all_norms, all_weights, next_id, None
+        )  # fmt: skip
 
     def drop(self, ids: np.ndarray, *, tombstone: bool) -> None:
         """Forget ``ids``; ``tombstone`` when their vectors stay in the FAISS index."""
-        if tombstone:
-            self.tombstones.update(ids.tolist())
+        tombstones = self.tombstones | set(ids.tolist()) if tombstone else self.tombstones
         keep = ~np.isin(self.ids, ids)
-        self.doc_ids, self.norms = self.doc_ids.kept(keep), self.norms[keep]
-        if self.weights is not None:
-            self.weights = self.weights[keep]
-        self._lookup = None
+        doc_ids, norms = self.doc_ids.kept(keep), self.norms[keep]
+        weights = None if self.weights is None else self.weights[keep]
+        self.doc_ids, self.norms, self.weights, self.tombstones, self._lookup = (
+            doc_ids, norms, weights, tombstones, None
+        )  # fmt: skip
 
     def tombstone_array(self) -> np.ndarray:
         return np.array(sorted(self.tombstones), dtype=np.int64)

@@ -242,12 +242,21 @@ class NormIndex(SearchKnobs):
                 return new_ids
             if not self._index.is_trained:
                 raise IndexStateError("the FAISS index is not trained: call train(x) first")
+            rows, table = self._index.ntotal, self._docs.doc_ids
             try:
-                self._index.add_with_ids(unit, new_ids)
-            except RuntimeError as e:
-                raise IndexStateError(f"FAISS refused the vectors: {e}") from e
-            self._docs.append(new_ids, norms, w)
-            self._changed()
+                try:
+                    self._index.add_with_ids(unit, new_ids)
+                except RuntimeError as e:
+                    raise IndexStateError(f"FAISS refused the vectors: {e}") from e
+                self._docs.append(new_ids, norms, w)
+            except BaseException:
+                # An interrupt (Ctrl-C, an async exception) after FAISS took the batch: record it
+                # too, so FAISS and the table agree. The add then happened whole; it still raises.
+                if self._index.ntotal != rows and self._docs.doc_ids is table:
+                    self._docs.append(new_ids, norms, w)
+                raise
+            finally:
+                self._changed()
             return new_ids
 
     def remove(self, ids: ArrayLike) -> int:
@@ -257,17 +266,26 @@ class NormIndex(SearchKnobs):
             self._docs.positions(arr)  # raises UnknownIdError before anything changes
             if not arr.size:
                 return 0
-            tombstone = False
+            tombstone, rows, table = False, self._index.ntotal, self._docs.doc_ids
             try:
-                removed = remove_ids(self._index, arr)  # (an IVF beneath a user's id map: see idmap_ivf)
-            except RuntimeError as e:
-                if not keeps_removed(self._index):
-                    raise UnsupportedIndexError(f"FAISS cannot remove from this index: {e}") from e
-                removed, tombstone = arr.size, True  # HNSW cannot delete: the vectors stay, skipped
-            if removed != arr.size:
-                raise IndexStateError(f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent")
-            self._docs.drop(arr, tombstone=tombstone)
-            self._changed()
+                try:
+                    removed = remove_ids(self._index, arr)  # (an IVF beneath a user's id map: see idmap_ivf)
+                except RuntimeError as e:
+                    if not keeps_removed(self._index):
+                        raise UnsupportedIndexError(f"FAISS cannot remove from this index: {e}") from e
+                    removed, tombstone = arr.size, True  # HNSW cannot delete: the vectors stay, skipped
+                if removed != arr.size:
+                    raise IndexStateError(
+                        f"FAISS removed {removed} of {arr.size} ids; the index is inconsistent"
+                    )
+                self._docs.drop(arr, tombstone=tombstone)
+            except BaseException:
+                # as in add: FAISS dropped the rows before an interrupt, so the table drops them too
+                if self._index.ntotal == rows - arr.size and self._docs.doc_ids is table:
+                    self._docs.drop(arr, tombstone=False)
+                raise
+            finally:
+                self._changed()
             return int(arr.size)
 
     def reset(self) -> None:
