@@ -43,6 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from normrank import NormIndex
 from normrank.errors import DuplicateIdError, InvalidInputError, UnknownIdError
+from normrank.scoring import WEIGHT_CAP
 from normrank.search.plan import SearchStats
 
 FULL = os.environ.get("NORMRANK_TEST_PROFILE", "small") == "full"
@@ -116,10 +117,13 @@ def build(kind: str, ids: np.ndarray, x: np.ndarray) -> NormIndex:
 
 
 def oracle(x: np.ndarray, w: np.ndarray, q: np.ndarray, alpha: float | np.ndarray) -> np.ndarray:
-    """``cos(q, d) * w_d**alpha`` in float64, independent of normrank."""
+    """``cos(q, d) * w_d**alpha`` in float64, independent of normrank's code, with its documented
+    float32 range rule: a power beyond ``WEIGHT_CAP`` (half float32's maximum) saturates there."""
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T
     a = np.asarray(alpha, dtype=np.float64)
-    return cos * w[None, :] ** (a[:, None] if a.ndim else a)
+    with np.errstate(over="ignore"):
+        power = w[None, :] ** (a[:, None] if a.ndim else a)
+    return cos * np.minimum(power, WEIGHT_CAP)
 
 
 vector_seed = st.integers(0, 2**32 - 1)
