@@ -7,6 +7,7 @@ contract tests. Threads here wait on events and counts, never on the clock.
 from __future__ import annotations
 
 import threading
+import time
 
 import faiss
 import numpy as np
@@ -115,6 +116,10 @@ def test_membership_readers_never_hide_an_add_nor_admit_a_duplicate() -> None:
     probers = [threading.Thread(target=prober, args=(i,)) for i in range(2)]
     for t in probers:
         t.start()
+    deadline = time.monotonic() + 120  # only a hung prober gets here
+    while min(reads) == 0:  # the probers run beside the adds from the first one (counts, not time)
+        assert time.monotonic() < deadline, "a prober never ran"
+        time.sleep(0.001)
     try:
         for j in range(n_adds):
             new_id = 10**6 + j
