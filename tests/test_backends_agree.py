@@ -206,7 +206,9 @@ def test_every_backend_stops_by_the_one_bound(backend, data, alpha, monkeypatch)
         needs = []
         real = type(index)._band_needed
         monkeypatch.setattr(
-            type(index), "_band_needed", lambda self, *a: needs.append(real(self, *a)) or needs[-1]
+            type(index),
+            "_band_needed",
+            lambda self, *a, **kw: needs.append(real(self, *a, **kw)) or needs[-1],
         )
         search(q, K, alpha=alpha)
         assert needs == [n] * nq, needs
@@ -230,7 +232,7 @@ def test_every_backend_stops_by_the_one_bound(backend, data, alpha, monkeypatch)
             ).fetchone()[0]
         )
         # The huge margin, written into the function from the Python rule.
-        assert S.can_beat_sql("kth", "c_t", "w_hi", "w_lo", DIM) in got
+        assert S.can_beat_sql("kth", "trusted_cosine", "w_hi", "w_lo", DIM) in got
         assert repr(bound.cosine_slack(DIM)) in got and bound.cosine_slack(DIM) > 1
     _, i = search(q, K, alpha=alpha)
     np.testing.assert_array_equal(i, want[alpha][1])

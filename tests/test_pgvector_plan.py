@@ -125,7 +125,9 @@ def test_the_band_scored_in_sql_trusts_the_whole_depth_of_the_plan(pg, rows, mon
     pg.ef_search, pg.k_factor, pg.n_tail, pg.client_band = 100, 10, None, False
     seen = []
     real = B.sql_band
-    monkeypatch.setattr(B, "sql_band", lambda *a: seen.append(a[6:9]) or real(*a))
+    monkeypatch.setattr(
+        B, "sql_band", lambda *a, **kw: seen.append((a[4].depth, a[4].trust, a[4].band)) or real(*a, **kw)
+    )
     try:
         s, i, stats = pg.search(q, 10, alpha=1.0, return_stats=True)
     finally:

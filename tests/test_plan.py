@@ -90,16 +90,34 @@ def _positional_params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str
     return [a.arg for a in args if a.arg not in ("self", "cls")]
 
 
-def test_the_search_path_passes_no_long_positional_lists():
-    """At most five values by position through the search path (options, plans and the state a
-    search reads travel as objects; anything else by keyword), and no argument list splatted."""
-    files = [*sorted((REPO / "normrank" / "search").glob("*.py")), REPO / "normrank/index/norm_index.py"]
+def _long_positional_lists(files: list[Path], *, calls: bool) -> tuple[list[str], list[str]]:
+    """``(long, splat)``: definitions with more than five positional parameters (and, with
+    ``calls``, calls passing more than five values by position), and calls that splat a list."""
     long, splat = [], []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and len(_positional_params(node)) > 5:
                 long.append(f"{path.name}:{node.lineno} {node.name}")
-            starred = isinstance(node, ast.Call) and any(isinstance(a, ast.Starred) for a in node.args)
+            if not isinstance(node, ast.Call):
+                continue
+            if calls and len(node.args) > 5:
+                long.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}(...)")
+            starred = any(isinstance(a, ast.Starred) for a in node.args)
             if starred and ast.unparse(node.func) != "self._add":  # (that one: a (ranks, scores) pair)
                 splat.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+    return long, splat
+
+
+def test_the_search_path_passes_no_long_positional_lists():
+    """At most five values by position through the search path (options, plans and the state a
+    search reads travel as objects; anything else by keyword), and no argument list splatted."""
+    files = [*sorted((REPO / "normrank" / "search").glob("*.py")), REPO / "normrank/index/norm_index.py"]
+    long, splat = _long_positional_lists(files, calls=False)
+    assert not long and not splat, (long, splat)
+
+
+def test_the_backends_pass_no_long_positional_lists():
+    """The same rule in every backend (FAISS aside: Qdrant, Qdrant Edge, PostgreSQL), for the
+    calls too: a query block, a plan or a table handle by position, the rest by keyword."""
+    long, splat = _long_positional_lists(sorted((REPO / "normrank" / "backends").glob("*.py")), calls=True)
     assert not long and not splat, (long, splat)

@@ -109,7 +109,7 @@ def test_requests_are_the_servers_rest_models(pair):
     from qdrant_client.http import models as rest
 
     qi, _, q = pair
-    req = qi._request(q[0], 10, -1.0, 100, 0.9, 20)
+    req = qi._request(q[0], 10, -1.0, depth=100, tau=0.9, band=20)
     assert isinstance(req, rest.QueryRequest)
     assert all(isinstance(p, rest.Prefetch) for p in req.prefetch)
     assert isinstance(req.query, rest.FormulaQuery)

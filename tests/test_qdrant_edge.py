@@ -174,7 +174,7 @@ def test_band_widens_until_the_bound_holds(syn, alpha):
 def test_without_widening_the_answer_is_wrong(syn, alpha, monkeypatch):
     """The mutation the test above guards against: a search that trusts the first band."""
     ei, ref, q, _ = syn
-    monkeypatch.setattr(QdrantEdgeNormIndex, "_band_needed", lambda self, *a: None)
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_band_needed", lambda self, *a, **kw: None)
     _, ids = ei.search(q, 10, alpha=alpha)
     _, rids = ref.search(q, 10, alpha=alpha)
     assert (ids != rids).any()

@@ -132,9 +132,9 @@ class EdgeRequests:
     def _widening_request(
         self,
         vec: list[float],
-        k: int,
         alpha: float,
         ranges: list[list],
+        *,
         kth: float,
         rescore: list[int] | None = None,
     ) -> Any:

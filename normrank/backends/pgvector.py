@@ -248,7 +248,14 @@ class PgVectorNormIndex(Searches):
                 ).fetchone()[0]
                 oid = self._oid(conn)
                 if oid is None:
-                    S.create_table(conn, self._t, self.table, self.dim, self.m, self.ef_construction)
+                    S.create_table(
+                        conn,
+                        self._t,
+                        self.table,
+                        dim=self.dim,
+                        m=self.m,
+                        ef_construction=self.ef_construction,
+                    )
                     conn.execute(
                         sql.SQL("INSERT INTO {} VALUES (%s, %s, false, %s)").format(self._reg),
                         (self._oid(conn), self.dim, _FORMAT),
@@ -565,5 +572,14 @@ class PgVectorNormIndex(Searches):
         # wider breadth scans at its limit).
         ef = self.ef_search
         self._run(
-            lambda c: S.install_function(c, self._t, fn, self.dim, self.k_factor, ef, self._iterative, EF_CAP)
+            lambda c: S.install_function(
+                c,
+                self._t,
+                fn,
+                dim=self.dim,
+                k_factor=self.k_factor,
+                ef_search=ef,
+                iterative=self._iterative,
+                ef_cap=EF_CAP,
+            )
         )

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from normrank.search.rows import PrefixCopy
 __all__ = [
     "NEEDS_SNAPSHOT",
     "ClientCopy",
+    "QueryBlock",
     "client_search",
     "generation_trigger",
     "has_generation_trigger",
@@ -177,22 +178,34 @@ class _NoSnapshot(Exception):
     """A fetch of vectors outside a transaction (the fast path): the search is run again in one."""
 
 
+@dataclass(frozen=True)
+class QueryBlock:
+    """The queries of one search call, as the band paths take them: unit vectors ``(nq, dim)``,
+    one alpha per query, and the ``k`` asked for."""
+
+    unit_q: np.ndarray
+    alphas: np.ndarray
+    k: int
+
+    def rows(self, which: np.ndarray) -> QueryBlock:
+        """The queries ``which`` only (indices into this block)."""
+        return QueryBlock(self.unit_q[which], self.alphas[which], self.k)
+
+
 def client_search(
     conn: Any,
     t: Any,
-    table: str,
     copy: ClientCopy,
-    unit_q: np.ndarray,
-    alphas: np.ndarray,
-    k: int,
+    queries: QueryBlock,
+    *,
+    table: str,
     plan_of: Callable[[int | None], SearchPlan],
     scores: np.ndarray,
     ids: np.ndarray,
     stats: SearchStats,
-    *,
     in_transaction: bool,
 ) -> int | None:
-    """The band + bound search of ``unit_q`` (alphas != 0) into ``scores`` / ``ids`` rows, and
+    """The band + bound search of ``queries`` (alphas != 0) into ``scores`` / ``ids`` rows, and
     what it did into ``stats``. ``plan_of(n)`` is the search's plan over ``n`` rows (None: as
     many as the table was last seen to hold): the copy's count once it is read.
 
@@ -204,7 +217,7 @@ def client_search(
     snapshot. Returns the number of queries that scanned past the first chunk, or None when the
     table has no working generation trigger (nothing filled: score the band in SQL)."""
     depth = plan_of(copy.n if copy.key is not None else None).depth
-    gen, cands = S.candidates(conn, t, _trigger_name(table), unit_q, depth)
+    gen, cands = S.candidates(conn, t, queries.unit_q, trigger=_trigger_name(table), depth=depth)
     if gen is None:
         raise IndexStateError(f"table {table!r} is no longer registered")
     oid, generation, enabled = gen
@@ -219,10 +232,11 @@ def client_search(
         return 0
     copy.conn, copy.t = (conn if in_transaction else None), t
     out_s, out_i, did = scores.copy(), ids.copy(), SearchStats(path="scan")
-    # The plan over the rows the copy holds, at the depth fetched (the copy may have been re-read).
-    plan = replace(plan_of(n), depth=depth)
+    # The plan over the rows the copy holds, at the depth fetched (the copy may have been re-read),
+    # for k within those rows.
+    plan = replace(plan_of(n), depth=depth, k=min(queries.k, n))
     try:
-        widened = _rerank_all(copy, unit_q, alphas, cands, min(k, n), plan, out_s, out_i, did)
+        widened = _rerank_all(copy, queries, cands, plan, scores=out_s, ids=out_i, did=did)
     except _NoSnapshot:
         return NEEDS_SNAPSHOT
     finally:
@@ -233,10 +247,21 @@ def client_search(
     return widened
 
 
-def _rerank_all(copy, unit_q, alphas, cands, k, plan: SearchPlan, scores, ids, did: SearchStats) -> int:
+def _rerank_all(
+    copy: ClientCopy,
+    queries: QueryBlock,
+    cands: list,
+    plan: SearchPlan,
+    *,
+    scores: np.ndarray,
+    ids: np.ndarray,
+    did: SearchStats,
+) -> int:
     """Every query re-scored and scanned (:func:`normrank.search.ann.rerank`, one call per alpha
-    for the queries that got the whole depth, one per query for the others); what the calls
-    did is summed into ``did``. Returns the queries that scanned past the first chunk."""
+    for the queries that got the whole depth, one per query for the others) by ``plan``, whose
+    ``k`` is within the rows the copy holds; what the calls did is summed into ``did``. Returns
+    the queries that scanned past the first chunk."""
+    unit_q, alphas, k = queries.unit_q, queries.alphas, plan.k
     nq = unit_q.shape[0]
     counts = np.array([len(c[0]) for c in cands], dtype=np.int64)
     width = int(counts.max()) if nq else 0
@@ -249,15 +274,14 @@ def _rerank_all(copy, unit_q, alphas, cands, k, plan: SearchPlan, scores, ids, d
     lookup = cache.id_lookup(copy.ids)
     expect = min(plan.depth, copy.n)  # what the graph returns when it returns all it was asked
     did.depth = plan.depth
-    plan_k = replace(plan, k=k)  # (k within the rows the copy holds)
 
     def run(rows: np.ndarray, c: int) -> int:
         """:func:`rerank` of the queries ``rows`` over their first ``c`` cosines (the trusted
         rank never past ``c``: rerank's own clamp); 1 per query that scanned past the band."""
         one = SearchStats()
-        s, pos = rerank(cos[rows, :c], cand[rows, :c], unit_q[rows], plan_k, weights=weights, lookup=lookup,
+        s, pos = rerank(cos[rows, :c], cand[rows, :c], unit_q[rows], plan, weights=weights, lookup=lookup,
                         order=order, stats=one)  # fmt: skip
-        _fill(scores, ids, rows, s, pos, copy.ids)
+        _fill(scores, ids, rows, (s, pos), doc_ids=copy.ids)
         did.scanned, did.rounds = max(did.scanned, one.scanned), did.rounds + one.rounds
         return one.widened if rows.size > 1 else int(one.scanned > plan.band)
 
@@ -274,7 +298,7 @@ def _rerank_all(copy, unit_q, alphas, cands, k, plan: SearchPlan, scores, ids, d
             c = int(counts[i])
             if c == 0:
                 s, pos = _brute(order, weights, unit_q[i], k)
-                _fill(scores, ids, np.array([i]), s, pos, copy.ids)
+                _fill(scores, ids, np.array([i]), (s, pos), doc_ids=copy.ids)
                 did.scanned, did.rounds = copy.n, did.rounds + 1
                 widened += 1
             else:
@@ -291,7 +315,17 @@ def _brute(order, weights: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarra
     return s[top][None].astype(np.float32), order.order[top][None]
 
 
-def _fill(scores, ids, rows, s, pos, doc_ids) -> None:
+def _fill(
+    scores: np.ndarray,
+    ids: np.ndarray,
+    rows: np.ndarray,
+    found: tuple[np.ndarray, np.ndarray],
+    *,
+    doc_ids: np.ndarray,
+) -> None:
+    """Rows ``rows`` of ``scores`` / ``ids`` from ``found``: (scores, storage positions, -1 for
+    none) as the scans return them, positions turned into the documents' ids."""
+    s, pos = found
     k = s.shape[1]
     ids[rows, :k] = np.where(pos >= 0, doc_ids[np.maximum(pos, 0)], -1)
     scores[rows, :k] = np.where(pos >= 0, s, -np.inf)
@@ -300,30 +334,32 @@ def _fill(scores, ids, rows, s, pos, doc_ids) -> None:
 def sql_band(
     conn: Any,
     t: Any,
-    unit_q: np.ndarray,
-    alphas: np.ndarray,
+    queries: QueryBlock,
     rest: np.ndarray,
-    k: int,
-    depth: int,
-    trust: int,
-    band0: int,
+    plan: SearchPlan,
+    *,
     scores: np.ndarray,
     ids: np.ndarray,
 ) -> int:
     """The band scored in SQL (``client_band = False``, or no working generation trigger), for
-    the queries ``rest``: the first round (cosines and the first band, :func:`S.first_rows`),
-    then every row beyond the band edge the bound asks for (:func:`S.band_rows`). Returns the
-    number of queries that needed the second round."""
-    rows = S.first_rows(conn, t, unit_q[rest], alphas[rest], k, depth, trust, band0)
+    the queries ``rest``, at the plan's depth, trusted rank and first band: the first round
+    (cosines and the first band, :func:`S.first_rows`), then every row beyond the band edge the
+    bound asks for (:func:`S.band_rows`). Returns the number of queries that needed the second
+    round."""
+    unit_q, alphas, k, band0 = queries.unit_q, queries.alphas, queries.k, plan.band
+    rows = S.first_rows(
+        conn, t, unit_q[rest], alphas[rest], k=k, depth=plan.depth, trust=plan.trust, band=band0
+    )
     for j, i in enumerate(rest):
         S.fill_one(scores, ids, i, rows[j][0], rows[j][1])
     edges = sql_edges(rows, alphas[rest], k, band0, unit_q.shape[1])
     wide = ~np.isnan(edges)
     if wide.any():
         wq = rest[wide]
-        more = S.band_rows(conn, t, unit_q[wq], alphas[wq], edges[wide], k)
+        more = S.band_rows(conn, t, unit_q[wq], alphas[wq], edges[wide], k=k)
         for j, i in enumerate(wq):
-            S.merge_one(scores, ids, i, *more[j])
+            more_ids, more_s = more[j]
+            S.merge_one(scores, ids, i, more_ids, more_s)
     return int(wide.sum())
 
 
@@ -332,22 +368,22 @@ def sql_edges(rows: list, alphas: np.ndarray, k: int, band0: int, dim: int) -> n
     (:func:`normrank.search.bound.unseen_can_beat` of vectors of length ``dim``, or every row
     fetched), else the band edge the second round must score beyond."""
     out = np.full(len(rows), np.nan)
-    for j, (_, top_s, c_t, n_band, first_edge, b_lo, b_hi) in enumerate(rows):
+    for j, (_, top_s, trusted_cosine, n_band, first_edge, b_lo, b_hi) in enumerate(rows):
         a = float(alphas[j])
-        if c_t is None or (band0 and n_band < band0):  # an empty table, or every row in the band
+        if trusted_cosine is None or (band0 and n_band < band0):  # an empty table, or every row in the band
             continue
         w_edge = float(weight_of(first_edge if band0 else (b_hi if a > 0 else b_lo), a))
         w_lo = float(min(weight_of(b_lo, a), weight_of(b_hi, a)))
         kth = float(top_s[k - 1]) if len(top_s) >= k else -np.inf
-        if unseen_can_beat(kth, c_t, w_edge, w_lo, dim):
-            out[j] = _band_edge(kth, c_t, a, dim)
+        if unseen_can_beat(kth, trusted_cosine, w_edge, w_lo, dim):
+            out[j] = _band_edge(kth, trusted_cosine, a, dim)
     return out
 
 
-def _band_edge(kth: float, c_t: float, alpha: float, dim: int) -> float:
+def _band_edge(kth: float, trusted_cosine: float, alpha: float, dim: int) -> float:
     """The shared band edge (:func:`normrank.search.norm_band.band_edge`); every row when the
     bound cannot shrink, as the Qdrant backend's."""
-    edge = band_edge(kth, c_t, alpha, dim)
+    edge = band_edge(kth, trusted_cosine, alpha, dim)
     if edge is None:
         return 0.0 if alpha > 0 else math.inf
     return edge

@@ -205,9 +205,7 @@ def _node(sql: Any, w: Any, params: dict[str, Any]) -> Any:
         if not w[1]:
             return sql.SQL("true" if kind == "and" else "false")
         glue = " AND " if kind == "and" else " OR "
-        return sql.SQL("(" + glue.join(["{}"] * len(w[1])) + ")").format(
-            *[_node(sql, x, params) for x in w[1]]
-        )
+        return sql.SQL("({})").format(sql.SQL(glue).join([_node(sql, x, params) for x in w[1]]))
     if kind == "not" and len(w) == 2:
         return sql.SQL("(NOT {})").format(_node(sql, w[1], params))
     if kind == "sid_in" and len(w) == 2 and isinstance(w[1], list) and all(isinstance(s, str) for s in w[1]):
@@ -236,11 +234,7 @@ def _node(sql: Any, w: Any, params: dict[str, Any]) -> Any:
             for x in v:
                 _check_value(x, op)
             parts = [_eq(sql, h, x, params) for x in v]
-            inside = (
-                sql.SQL("(" + " OR ".join(["{}"] * len(parts)) + ")").format(*parts)
-                if parts
-                else sql.SQL("false")
-            )
+            inside = sql.SQL("({})").format(sql.SQL(" OR ").join(parts)) if parts else sql.SQL("false")
             return inside if op == "in" else sql.SQL("(NOT {})").format(inside)
         _check_value(v, op)
         if op == "eq":

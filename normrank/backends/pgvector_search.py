@@ -93,7 +93,9 @@ class Searches:
             rest = np.flatnonzero(alphas != 0)
             if rest.size:
                 weighted = SearchStats()
-                self._ann(unit_q, alphas, rest, k, ef, scores, ids, weighted)
+                self._ann(
+                    B.QueryBlock(unit_q, alphas, k), rest, ef=ef, scores=scores, ids=ids, stats=weighted
+                )
                 cache_bytes = weighted.cache_bytes
                 stats.include(weighted)  # ("mixed" when some queries were plain cosine)
                 stats.cache_bytes = cache_bytes
@@ -120,7 +122,16 @@ class Searches:
         scores[short], ids[short] = -np.inf, -1
         S.fill(scores, ids, short, got)
 
-    def _ann(self, unit_q, alphas, rest, k, ef, scores, ids, stats: SearchStats) -> None:
+    def _ann(
+        self,
+        queries: B.QueryBlock,
+        rest: np.ndarray,
+        *,
+        ef: int,
+        scores: np.ndarray,
+        ids: np.ndarray,
+        stats: SearchStats,
+    ) -> None:
         """The band + bound search of the queries ``rest`` (alpha != 0), into ``scores`` / ``ids``:
         the band scanned in the client (:mod:`normrank.backends.pgvector_band`), or in SQL when
         ``client_band`` is False or the table's generation trigger is missing or disabled.
@@ -136,14 +147,16 @@ class Searches:
         0.978 / 0.986 trusting the depth, CPU ratio to plain 1.36 / 1.46 against 1.54 / 1.30 on a
         loaded machine)."""
 
+        k = queries.k
+
         def plan_of(n: int | None) -> SearchPlan:
             return self._plan(n, k, ef)
 
         def client(conn: Any, in_transaction: bool) -> int | None:
             sub_s, sub_i = scores[rest], ids[rest]
             got = B.client_search(
-                conn, self._t, self.table, self._copy, unit_q[rest], alphas[rest], k, plan_of,
-                sub_s, sub_i, stats, in_transaction=in_transaction,
+                conn, self._t, self._copy, queries.rows(rest), table=self.table, plan_of=plan_of,
+                scores=sub_s, ids=sub_i, stats=stats, in_transaction=in_transaction,
             )  # fmt: skip
             if got is not None and got != B.NEEDS_SNAPSHOT:
                 scores[rest], ids[rest] = sub_s, sub_i
@@ -162,9 +175,7 @@ class Searches:
         plan = self._plan(None, k, ef, sql_band=True)  # n cached: it only sizes the band and depth
 
         def rounds(conn: Any) -> None:
-            self.last_widened = B.sql_band(
-                conn, self._t, unit_q, alphas, rest, k, plan.depth, plan.trust, plan.band, scores, ids
-            )
+            self.last_widened = B.sql_band(conn, self._t, queries, rest, plan, scores=scores, ids=ids)
 
         self._run(rounds, read_only=True, ef=max(ef, plan.depth))
         stats.path, stats.depth, stats.scanned = "sql_band", plan.depth, plan.band

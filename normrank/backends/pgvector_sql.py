@@ -76,7 +76,7 @@ def plain_rows(conn: Any, t: Any, unit_q: np.ndarray, k: int) -> list:
 
 
 def candidates(
-    conn: Any, t: Any, trigger: str, unit_q: np.ndarray, depth: int, registry: str = "normrank_tables"
+    conn: Any, t: Any, unit_q: np.ndarray, *, trigger: str, depth: int, registry: str = "normrank_tables"
 ):
     """One statement (one snapshot, even outside a transaction): the table's ``(oid, generation,
     tgenabled of its generation trigger or None)`` from the registry, or None where it is not
@@ -127,7 +127,7 @@ def vectors_of(conn: Any, t: Any, ids: np.ndarray) -> np.ndarray:
 
 
 def first_rows(
-    conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, k: int, depth: int, trust: int, band: int
+    conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, *, k: int, depth: int, trust: int, band: int
 ) -> list:
     """First round, per query: ``(top ids, top scores, cosine at the trusted rank, rows in the
     band, the band's innermost base, the smallest and the largest base of the table)`` over the ``depth`` best cosines (HNSW) and the ``band``
@@ -145,7 +145,7 @@ def first_rows(
         "SELECT (SELECT array_agg(id ORDER BY s DESC, id) FROM top) AS ids, "
         "(SELECT array_agg(s ORDER BY s DESC, id) FROM top) AS ss, "
         "(SELECT c FROM cand ORDER BY c DESC OFFSET greatest(least({trust}, (SELECT count(*) FROM cand)) - 1, 0) "
-        "LIMIT 1) AS c_t, (SELECT count(*) FROM band) AS nb, "
+        "LIMIT 1) AS trusted_cosine, (SELECT count(*) FROM band) AS nb, "
         "CASE WHEN q.a > 0 THEN (SELECT min(b) FROM band) ELSE (SELECT max(b) FROM band) END AS edge"
         f") r, (SELECT min({BASE}) AS lo, max({BASE}) AS hi FROM {{t}}) m ORDER BY q.qi"
     ).format(
@@ -166,7 +166,9 @@ def first_rows(
     ]
 
 
-def band_rows(conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, edges: np.ndarray, k: int) -> list:
+def band_rows(
+    conn: Any, t: Any, unit_q: np.ndarray, alphas: np.ndarray, edges: np.ndarray, *, k: int
+) -> list:
     """Second round, per query: the top-``k`` of every row whose base lies beyond its edge on
     the side alpha favours (a b-tree range; every row when the edge is 0 or +inf)."""
     from psycopg import sql
@@ -240,7 +242,7 @@ DECLARE
   trust int := """
     + PLAN_TRUST
     + """;
-  b_lo float8; b_hi float8; c_t float8; kth float8; w_hi float8; w_lo float8; edge float8;
+  b_lo float8; b_hi float8; trusted_cosine float8; kth float8; w_hi float8; w_lo float8; edge float8;
   top_ids bigint[]; top_s float8[]; cs float8[]; got int;
 BEGIN
   IF k IS NULL OR k < 1 THEN RAISE EXCEPTION 'k must be an integer >= 1'; END IF;
@@ -269,7 +271,7 @@ BEGIN
                  -(t.embedding <#> query) * {w_row} AS s
             FROM {t} t ORDER BY t.embedding <#> query LIMIT depth) x;
   got := coalesce(cardinality(cs), 0);
-  c_t := cs[least(trust, got)];
+  trusted_cosine := cs[least(trust, got)];
   kth := CASE WHEN got >= k THEN top_s[k] ELSE '-Infinity'::float8 END;
   w_hi := greatest({w_lo_b}, {w_hi_b});
   w_lo := least({w_lo_b}, {w_hi_b});
@@ -297,7 +299,7 @@ END
 
 
 def install_function(
-    conn: Any, t: Any, name: str, dim: int, k_factor: int, ef_search: int, iterative: bool, ef_cap: int
+    conn: Any, t: Any, name: str, *, dim: int, k_factor: int, ef_search: int, iterative: bool, ef_cap: int
 ) -> None:
     """``CREATE OR REPLACE FUNCTION name(query vector, alpha float8, k int) RETURNS TABLE(id
     bigint, score float8)`` over table ``t``; its body is composed with the table as an
@@ -308,7 +310,7 @@ def install_function(
     for the function's calls only, as its ``ef_search``."""
     from psycopg import sql
 
-    limit, limit_holds = weight_limit_sql("kth", "c_t", dim)
+    limit, limit_holds = weight_limit_sql("kth", "trusted_cosine", dim)
     body = (
         sql.SQL(_FUNCTION)
         .format(
@@ -319,7 +321,7 @@ def install_function(
             w_row=sql.SQL(W("alpha", "coalesce(t.weight, t.norm)")),
             w_lo_b=sql.SQL(W("alpha", "b_lo")),
             w_hi_b=sql.SQL(W("alpha", "b_hi")),
-            can_beat=sql.SQL(can_beat_sql("kth", "c_t", "w_hi", "w_lo", dim)),
+            can_beat=sql.SQL(can_beat_sql("kth", "trusted_cosine", "w_hi", "w_lo", dim)),
             limit=sql.SQL(limit),
             limit_holds=sql.SQL(limit_holds),
         )
@@ -352,7 +354,7 @@ def version_at_least(version: str, least: tuple[int, ...]) -> bool:
 # -- schema -------------------------------------------------------------------------------------
 
 
-def create_table(conn: Any, t: Any, table: str, dim: int, m: int, ef_construction: int) -> None:
+def create_table(conn: Any, t: Any, table: str, *, dim: int, m: int, ef_construction: int) -> None:
     """The table with its HNSW index (unit vectors by inner product) and weight b-tree."""
     from psycopg import sql
 

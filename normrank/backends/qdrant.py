@@ -294,7 +294,7 @@ class QdrantNormIndex:
 
     # -- search -------------------------------------------------------------------------------
 
-    def _request(self, q: np.ndarray, k: int, alpha: float, depth: int, tau: float, band: int) -> Any:
+    def _request(self, q: np.ndarray, k: int, alpha: float, *, depth: int, tau: float, band: int) -> Any:
         """One query: the band (norms beyond ``tau`` on the side alpha favours, ``band`` points,
         all of them) and the ``depth`` best cosines among the rest, scored by the formula."""
         m = _models()
@@ -364,7 +364,9 @@ class QdrantNormIndex:
         active = np.arange(nq)
         while active.size:
             reqs = [
-                self._request(unit_q[i], k, float(alphas[i]), depth, float(tau[i]), int(band[i]))
+                self._request(
+                    unit_q[i], k, float(alphas[i]), depth=depth, tau=float(tau[i]), band=int(band[i])
+                )
                 for i in active
             ]
             try:
@@ -381,7 +383,9 @@ class QdrantNormIndex:
                 wider = (
                     None
                     if a == 0
-                    else self._band_needed(pts, k, a, depth, float(tau[i]), int(band[i]), st, self.dim)
+                    else self._band_needed(
+                        pts, k, a, depth=depth, tau=float(tau[i]), band=int(band[i]), st=st, dim=self.dim
+                    )
                 )
                 if wider is not None:
                     tau[i], band[i] = wider, self._band_size(wider, a)
@@ -391,14 +395,14 @@ class QdrantNormIndex:
 
     @staticmethod
     def _band_needed(
-        pts: list, k: int, alpha: float, depth: int, tau: float, band: int, st: dict[str, float], dim: int
+        pts: list, k: int, alpha: float, *, depth: int, tau: float, band: int, st: dict[str, float], dim: int
     ) -> float | None:
         """None when nothing outside the fetched points can enter the top-k
         (:func:`normrank.search.bound.unseen_can_beat`); otherwise the band edge at which it would
         hold (:func:`normrank.search.norm_band.band_edge`).
 
         A point outside the band has weight at most ``tau**alpha`` and, when not fetched, cosine
-        at most ``c_last``, the last fetched from the rest (read back from its float32 formula
+        at most ``trusted_cosine``, the last fetched from the rest (read back from its float32 formula
         score: :func:`normrank.search.bound.cosine_ceiling`)."""
         norms = np.array([p.payload[_NORM] for p in pts], dtype=np.float64)
         s = np.array([p.score for p in pts], dtype=np.float64)
@@ -408,12 +412,12 @@ class QdrantNormIndex:
         # Weights saturated as the core's (the formula's own): never inf, 0 where they underflow.
         w_edge = float(powered(tau, alpha))  # with no band, tau is the extreme norm: the largest weight
         w_lo = float(min(powered(st["min"], alpha), powered(st["max"], alpha)))
-        c_last = float(np.min(cosine_ceiling(s[rest], powered(norms[rest], alpha))))
+        trusted_cosine = float(np.min(cosine_ceiling(s[rest], powered(norms[rest], alpha))))
         kth = s[k - 1] if len(pts) >= k else -np.inf
-        if not unseen_can_beat(kth, c_last, w_edge, w_lo, dim):
+        if not unseen_can_beat(kth, trusted_cosine, w_edge, w_lo, dim):
             return None
         everything = st["min"] / 2 if alpha > 0 else st["max"] * 2
-        edge = band_edge(kth, c_last, alpha, dim)
+        edge = band_edge(kth, trusted_cosine, alpha, dim)
         if edge is None:  # the bound cannot shrink: every point goes in the band
             return everything
         moved_out = edge < tau if alpha > 0 else edge > tau

@@ -167,7 +167,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         self._stored_dim()  # a folder that holds something else is refused before it is locked
         self._lock_fd: int | None = lock_folder(self.path)
         try:
-            self._open(qe, dim, m, ef_construct, threshold_kb, threads)
+            self._open(qe, dim, m=m, ef_construct=ef_construct, threshold_kb=threshold_kb, threads=threads)
         except BaseException:
             shard = self.__dict__.pop("_shard", None)  # the engine's WAL lock first, then the folder's
             if shard is not None:
@@ -176,7 +176,16 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             self._release()
             raise
 
-    def _open(self, qe: Any, dim: int | None, m: int, ef_construct: int, threshold_kb, threads) -> None:
+    def _open(
+        self,
+        qe: Any,
+        dim: int | None,
+        *,
+        m: int,
+        ef_construct: int,
+        threshold_kb: int | None,
+        threads: int | None,
+    ) -> None:
         """Open or create the shard (the folder's lock is held) and read its mirror."""
         stored = self._stored_dim()
         if dim is not None:
@@ -418,7 +427,17 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     def _params(self) -> dict[str, int]:
         return hnsw_params(None if self.exact else self.hnsw_ef)
 
-    def _widen(self, vecs, k, alphas, wide, scores, ids, rescore=None) -> None:
+    def _widen(
+        self,
+        vecs: list[list[float]],
+        k: int,
+        alphas: np.ndarray,
+        wide: dict[int, list[list]],
+        *,
+        scores: np.ndarray,
+        ids: np.ndarray,
+        rescore: dict[int, list[int]] | None = None,
+    ) -> None:
         """Second round for the queries in ``wide`` (query -> ranges, possibly none). A range
         that returns its whole ``limit`` may hold more points above its threshold: those have
         cosine at most the last one returned, so unless the k-th score already beats that times
@@ -431,7 +450,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             order = list(pending)
             reqs = [
                 self._widening_request(
-                    vecs[i], k, float(alphas[i]), pending[i], float(scores[i, -1]), rescore.get(i)
+                    vecs[i], float(alphas[i]), pending[i], kth=float(scores[i, -1]), rescore=rescore.get(i)
                 )
                 for i in order
             ]
@@ -531,14 +550,14 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                         kth, bpts[-1].score, float(w_sorted[0]), float(w_sorted[-1]), self.dim
                     ):
                         first = (0, None)
-                need = self._band_needed(cs[: len(pts)], sc, k, a, depth, trust, first[0])
+                need = self._band_needed(cs[: len(pts)], sc, k, a, depth=depth, trust=trust, band=first[0])
                 wide[i] = [] if need is None else self._ranges(a, first, need)
             self.last_widened = sum(1 for r in wide.values() if r)
             if wide:
                 # The bound holds with the widened band (the k-th score can only rise): one more
                 # round, for the queries that need it, over the part of the band not yet seen,
                 # with the engine's formula over everything that can make the top-k.
-                self._widen(vecs, k, alphas, wide, scores, ids, rescore)
+                self._widen(vecs, k, alphas, wide, scores=scores, ids=ids, rescore=rescore)
         return scores, ids
 
     def _query(self, reqs: list[Any]) -> list[list[Any]]:
@@ -551,7 +570,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             raise IndexStateError(f"Qdrant Edge query failed: {e}") from e
 
     def _band_needed(
-        self, cos: np.ndarray, s: np.ndarray, k: int, alpha: float, depth: int, trust: int, band: int
+        self, cos: np.ndarray, s: np.ndarray, k: int, alpha: float, *, depth: int, trust: int, band: int
     ) -> int | None:
         """None when the bound holds; otherwise how many documents, in weight order, the band
         must hold for it to (:func:`normrank.search.weight_order.scan_needed`).
@@ -563,8 +582,8 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             return None
         if cos.size < trust:  # fewer points than the shard holds came back: scan them all
             return n
-        c_trust = cos[trust - 1]
+        trusted_cosine = cos[trust - 1]
         kth = s[k - 1] if s.size >= k else -np.inf
         neg_w = self._sorted_weights(alpha)[1]
-        need = int(scan_needed(np.array([kth]), np.array([c_trust]), neg_w, self.dim)[0])
+        need = int(scan_needed(np.array([kth]), np.array([trusted_cosine]), neg_w, self.dim)[0])
         return None if need <= band else need
