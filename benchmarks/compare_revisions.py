@@ -2,6 +2,7 @@
 subprocesses, and the results compared (ids equal, scores equal) with the speed ratio of each case.
 
     python benchmarks/compare_revisions.py --old /tmp/old-tree --new . [--rounds 3] [--out result.md]
+        [--kinds Flat HNSW32] [--alphas 0 0.5] [--n 20000] [--n-single 100]
 
 Each subprocess imports normrank from one tree only (``PYTHONPATH=<tree>``, checked through
 ``normrank.__file__``), generates the same data from the same seed (clustered unit directions with
@@ -154,6 +155,7 @@ def _run_tree(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]
     env.update(dict.fromkeys(_THREAD_VARS, "1"), PYTHONPATH=str(tree))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(out), "--n", str(args.n)]
     cmd += ["--n-single", str(args.n_single), "--seed", str(args.seed)]
+    cmd += ["--kinds", *args.kinds, "--alphas", *map(str, args.alphas)]
     subprocess.run(cmd, env=env, check=True, cwd=tempfile.gettempdir())
     got = json.loads(out.read_text())
     if Path(got["normrank"]) != (tree / "normrank").resolve():
@@ -173,11 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--n-single", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS))
+    parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument("--out", type=Path, help="write the table (markdown) here too")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        args.child.write_text(json.dumps(workload(n=args.n, n_single=args.n_single, seed=args.seed)))
+        got = workload(
+            n=args.n,
+            n_single=args.n_single,
+            kinds=tuple(args.kinds),
+            alphas=tuple(args.alphas),
+            seed=args.seed,
+        )
+        args.child.write_text(json.dumps(got))
         return 0
     if args.old is None or args.new is None:
         parser.error("--old and --new are required")
