@@ -37,6 +37,7 @@ import faiss
 import numpy as np
 
 from normrank.search.batch_heaps import BatchHeaps
+from normrank.search.bound import unseen_can_beat
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.id_lookup import IdLookup
@@ -130,6 +131,7 @@ def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStat
         stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
         cos, cand = _search(index, unit_q, fetch, plan.ef)
         pos = lookup(cand)
+        stats.certified = np.ones(unit_q.shape[0], dtype=bool)  # the index's own ranking of its candidates
         if (pos >= 0).all():
             return cos[:, :k], pos[:, :k]
         if not ((pos < 0) & (cand >= 0)).any():
@@ -168,6 +170,16 @@ def rerank(
             cos[0], cand[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
         )
         if got is not None:
+            if scan is None:  # (a scan records its own certificate)
+                stats.certified = _bound_held(
+                    got[0][None, -1],
+                    cos,
+                    cand,
+                    plan,
+                    weights=weights,
+                    n_seen=depth,
+                    dim=unit_q.shape[1],
+                )
             return got[0][None], got[1][None]
     pos = lookup(cand)
     valid = pos >= 0
@@ -176,18 +188,45 @@ def rerank(
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
     top_s, top_p = _select(rescored, pos, k)
     if scan is None or not depth:
+        stats.certified = _bound_held(
+            top_s[:, -1], cos, cand, plan, weights=weights, n_seen=valid.sum(axis=1), dim=unit_q.shape[1]
+        )
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
     c_last = cos[:, trust - 1].astype(np.float64)
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
+    # A trusted rank the index left empty bounds nothing, unless every document was returned.
+    provable = (cand[:, trust - 1] >= 0) | (valid.sum(axis=1) >= weights.size)
     if unit_q.shape[0] == 1:
-        if exhausted[0]:
+        if exhausted[0]:  # nothing scanned: the bound on the candidates alone
+            stats.certified = _bound_held(
+                top_s[:, -1], cos, cand, plan, weights=weights, n_seen=valid.sum(axis=1), dim=unit_q.shape[1]
+            )
             return top_s, top_p
         s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(c_last[0]),
                          weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+        stats.certified = stats.certified & provable
         return s[None], p[None]
-    return _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
-                       weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+    got = _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
+                      weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+    stats.certified = stats.certified & provable
+    return got
+
+
+def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, n_seen, dim: int) -> np.ndarray:
+    """Per query, whether the bound (:func:`~normrank.search.bound.unseen_can_beat`) held on the
+    candidates alone: no unseen document, of cosine at most the trusted one and weight within
+    the weights' range, can beat ``kth``; at a trusted rank the index left empty, only when it
+    returned every document (``n_seen`` live candidates). One pass over ``weights`` for its
+    range: the paths that read no weight order (over-fetch, and an exhausted index)."""
+    depth = cos.shape[1]
+    if not depth or not weights.size:
+        return np.asarray(n_seen) >= weights.size
+    trust = min(depth, max(plan.k, plan.trust))
+    c_trust = cos[:, trust - 1].astype(np.float64)
+    w_max, w_min = float(weights.max()), float(weights.min())
+    held = ~unseen_can_beat(np.asarray(kth, dtype=np.float64), c_trust, w_max, w_min, dim)
+    return (held & (cand[:, trust - 1] >= 0)) | (np.asarray(n_seen) >= weights.size)
 
 
 def _rerank_one(cos, cand, q, plan: SearchPlan, *, weights, lookup, order, stats):
@@ -231,6 +270,8 @@ def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
     while True:
         kth = float(s[-1])
         need = order.need_one(weights, kth, c_last, q.size)
+        if not scanned:  # the certificate: the bound held before any row was read
+            stats.certified = np.array([need <= 0])
         if need <= scanned:
             return s, p
         stop = int(min(n, need, max(band if scanned == 0 else n, k, scanned + 1)))
@@ -272,6 +313,8 @@ def _scan_batch(unit_q, top, c_last, exhausted, *, weights, order, band, stats):
     scanned = 0
     while True:
         need = order.need(weights, heaps.kth(active), c_last[active], unit_q.shape[1])
+        if not scanned:  # the certificates: the bound held before any row was read
+            stats.certified = need <= 0
         done = (need <= scanned) | exhausted[active]
         active, need = active[~done], need[~done]
         if not active.size:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = ["ANY_WEIGHTED_ALPHA", "METHODS", "SearchOptions", "SearchPlan", "SearchStats", "plan_search"]
 
 #: What a search can run, as :attr:`SearchPlan.method` names it (and ``SearchStats.path``
@@ -98,6 +100,15 @@ class SearchStats:
         groups: for a call with several alphas (one per query), each alpha's own stats; the
             fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;
             ``widened``: the sum). Empty when every query had the same alpha.
+        certified: one bool per query, in the caller's query order: the result is provably the
+            exact top-k given the candidates the index returned (the bound of
+            :func:`normrank.search.bound.unseen_can_beat` over the trusted cosine and the
+            weights' range held before any scan row was read; ``"flat"``: exact over the whole
+            collection; ``"cosine"``: the index's own ranking, exact w.r.t. its candidates;
+            ``"overfetch"``: the bound checked on the re-scored depth, nothing scanned). A
+            query not certified may still be exact: its scan went on until the bound held.
+            Only NormIndex fills it; empty (not all False) where a backend does not
+            (PgVectorNormIndex).
     """
 
     path: str = ""
@@ -107,9 +118,22 @@ class SearchStats:
     widened: int = 0
     cache_bytes: int = 0
     groups: dict[float, SearchStats] = field(default_factory=dict)
+    certified: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    @property
+    def n_certified(self) -> int:
+        """How many queries :attr:`certified` holds as certified."""
+        return int(np.count_nonzero(self.certified))
 
     def include(self, part: SearchStats) -> None:
-        """Fold in the stats of another part of the same call (an alpha group, a query block)."""
+        """Fold in the stats of another part of the same call (an alpha group, a query block).
+        ``certified`` is concatenated (parts in query order), empty if a part has none."""
+        if not self.path:  # the first part
+            self.certified = part.certified
+        elif self.certified.size and part.certified.size:
+            self.certified = np.concatenate([self.certified, part.certified])
+        else:  # a part without certificates: none for the call (empty, never a wrong False)
+            self.certified = np.zeros(0, dtype=bool)
         self.path = part.path if self.path in ("", part.path) else "mixed"
         self.depth = max(self.depth, part.depth)
         self.scanned = max(self.scanned, part.scanned)

@@ -127,6 +127,7 @@ def search_into(
     flat = target.inner if isinstance(target.inner, faiss.IndexFlat) else None
     breadth = {} if flat is not None else ann_params(target.inner)  # FAISS's, now
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
+    certified = np.zeros(nq, dtype=bool)  # in the caller's order, whatever the groups
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
         alpha = float(a)
@@ -138,6 +139,7 @@ def search_into(
             s, pos = _search_flat(flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
                                   device=device)  # fmt: skip
             group.path, group.scanned, group.depth, group.rounds = plan.method, plan.depth, plan.depth, 1
+            group.certified = np.ones(rows.size, dtype=bool)  # exact over the whole collection
         else:
             weights, lookup, order = _ann_inputs(target, plan, alpha)
             parts = []
@@ -150,9 +152,11 @@ def search_into(
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
         ids[rows] = doc_ids.at(pos)
+        certified[rows] = group.certified
         stats.include(group)
         if not uniform:
             stats.groups[alpha] = group
+    stats.certified = certified
 
 
 def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
@@ -202,6 +206,7 @@ class OneQuery:
             cos, cand = _ann._search(target.index, unit_q, plan.depth, plan.ef)
             if cand[0, -1] >= 0:
                 stats.path, stats.depth, stats.rounds = plan.method, plan.depth, 1
+                stats.certified = np.ones(1, dtype=bool)  # the index's own ranking of its candidates
                 return cos, cand
         weights, lookup, order = _ann_inputs(target, plan, a)
         s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,
