@@ -126,17 +126,20 @@ def search_into(
     scores, ids = scores[:, :k], ids[:, :k]
     flat = target.inner if isinstance(target.inner, faiss.IndexFlat) else None
     breadth = {} if flat is not None else ann_params(target.inner)  # FAISS's, now
+    # An HNSW's float32 storage, all of it live: the exact flat product can read it in place.
+    rows_flat = _hnsw_flat_storage(target) if flat is None and device is None else None
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     certified = np.zeros(nq, dtype=bool)  # in the caller's order, whatever the groups
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
         alpha = float(a)
         plan = plan_search(replace(options, k=k, alpha=alpha, breadth=breadth), target.n_stored,
-                           flat=flat is not None)  # fmt: skip
+                           flat=flat is not None, nq=rows.size, dim=unit_q.shape[1],
+                           flat_rows=rows_flat is not None)  # fmt: skip
         group = SearchStats()
         if plan.method == "flat":  # the flat kernel blocks queries and documents itself
             weights = cache.power(target.base, alpha)
-            s, pos = _search_flat(flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
+            s, pos = _search_flat(flat if flat is not None else rows_flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
                                   device=device)  # fmt: skip
             group.path, group.scanned, group.depth, group.rounds = plan.method, plan.depth, plan.depth, 1
             group.certified = np.ones(rows.size, dtype=bool)  # exact over the whole collection
@@ -157,6 +160,15 @@ def search_into(
         if not uniform:
             stats.groups[alpha] = group
     stats.certified = certified
+
+
+def _hnsw_flat_storage(target: SearchTarget) -> faiss.IndexFlat | None:
+    """The ``IndexFlat`` storage of an HNSW holding no removed vectors (its rows are then the
+    documents by position), else None: SQ / PQ codes and tombstones keep to the scan."""
+    if target.n_removed or not isinstance(target.inner, faiss.IndexHNSW):
+        return None
+    storage = faiss.downcast_index(target.inner.storage)
+    return storage if isinstance(storage, faiss.IndexFlat) else None
 
 
 def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
