@@ -19,7 +19,7 @@ import pytest
 from normrank import NormIndex
 from normrank.search.bound import unseen_can_beat
 from normrank.search.faiss_info import ann_params
-from normrank.search.plan import SearchOptions, plan_search
+from normrank.search.plan import SearchOptions, SearchStats, plan_search
 
 D, N, NQ, K = 32, 3000, 40, 10
 
@@ -180,3 +180,16 @@ def test_certificates_follow_the_callers_query_order_across_alpha_groups(data, f
         _, _, alone = idx.search(q[rows], K, alpha=a, return_stats=True)
         np.testing.assert_array_equal(stats.certified[rows], alone.certified)
         np.testing.assert_array_equal(stats.groups[a].certified, alone.certified)
+
+
+def test_a_part_without_certificates_leaves_the_call_without_any():
+    """A backend part that does not certify (PostgreSQL's) makes the call's ``certified`` empty,
+    never a wrong all-False; parts that do are concatenated in query order."""
+    both = SearchStats()
+    both.include(SearchStats(path="scan", certified=np.array([True, False])))
+    both.include(SearchStats(path="scan", certified=np.array([False])))
+    assert both.certified.tolist() == [True, False, False] and both.n_certified == 1
+    mixed = SearchStats()
+    mixed.include(SearchStats(path="cosine", certified=np.ones(2, dtype=bool)))
+    mixed.include(SearchStats(path="sql_band"))
+    assert mixed.certified.size == 0 and mixed.n_certified == 0

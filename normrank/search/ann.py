@@ -98,6 +98,7 @@ def adaptive_search(
     lookup: IdLookup,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
+    weight_range: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``plan.k`` of ``cos * weights`` through the ANN ``index``, by ``plan.method``
     (the scan in the module docstring; ``"cosine"``: the index's own ranking; ``"overfetch"``:
@@ -111,6 +112,8 @@ def adaptive_search(
         lookup: FAISS id -> storage position.
         order: the documents in decreasing weight order (read by ``"scan"`` only).
         stats: filled with what the search did when given.
+        weight_range: ``(smallest, largest)`` of ``weights`` where the caller knows it (the
+            certificate of a search that reads no weight order; else found by a pass).
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
@@ -119,7 +122,8 @@ def adaptive_search(
     if plan.method == "cosine":
         return _cosine(index, unit_q, plan, lookup, stats)
     cos, cand = _search(index, unit_q, plan.depth, plan.ef)
-    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats)
+    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
+                  weight_range=weight_range)  # fmt: skip
 
 
 def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStats):
@@ -153,6 +157,7 @@ def rerank(
     lookup: IdLookup,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
+    weight_range: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
     candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
@@ -177,6 +182,7 @@ def rerank(
                     cand,
                     plan,
                     weights=weights,
+                    w_range=weight_range,
                     n_seen=depth,
                     dim=unit_q.shape[1],
                 )
@@ -189,7 +195,14 @@ def rerank(
     top_s, top_p = _select(rescored, pos, k)
     if scan is None or not depth:
         stats.certified = _bound_held(
-            top_s[:, -1], cos, cand, plan, weights=weights, n_seen=valid.sum(axis=1), dim=unit_q.shape[1]
+            top_s[:, -1],
+            cos,
+            cand,
+            plan,
+            weights=weights,
+            w_range=weight_range,
+            n_seen=valid.sum(axis=1),
+            dim=unit_q.shape[1],
         )
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
@@ -200,7 +213,14 @@ def rerank(
     if unit_q.shape[0] == 1:
         if exhausted[0]:  # nothing scanned: the bound on the candidates alone
             stats.certified = _bound_held(
-                top_s[:, -1], cos, cand, plan, weights=weights, n_seen=valid.sum(axis=1), dim=unit_q.shape[1]
+                top_s[:, -1],
+                cos,
+                cand,
+                plan,
+                weights=weights,
+                w_range=(scan.w_min(weights), scan.w_max(weights)),
+                n_seen=valid.sum(axis=1),
+                dim=unit_q.shape[1],
             )
             return top_s, top_p
         s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(c_last[0]),
@@ -213,18 +233,18 @@ def rerank(
     return got
 
 
-def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, n_seen, dim: int) -> np.ndarray:
+def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, w_range, n_seen, dim: int) -> np.ndarray:
     """Per query, whether the bound (:func:`~normrank.search.bound.unseen_can_beat`) held on the
     candidates alone: no unseen document, of cosine at most the trusted one and weight within
     the weights' range, can beat ``kth``; at a trusted rank the index left empty, only when it
-    returned every document (``n_seen`` live candidates). One pass over ``weights`` for its
-    range: the paths that read no weight order (over-fetch, and an exhausted index)."""
+    returned every document (``n_seen`` live candidates). ``w_range``: ``(smallest, largest)``
+    weight, None: one pass over ``weights``."""
     depth = cos.shape[1]
     if not depth or not weights.size:
         return np.asarray(n_seen) >= weights.size
     trust = min(depth, max(plan.k, plan.trust))
     c_trust = cos[:, trust - 1].astype(np.float64)
-    w_max, w_min = float(weights.max()), float(weights.min())
+    w_min, w_max = w_range if w_range is not None else (float(weights.min()), float(weights.max()))
     held = ~unseen_can_beat(np.asarray(kth, dtype=np.float64), c_trust, w_max, w_min, dim)
     return (held & (cand[:, trust - 1] >= 0)) | (np.asarray(n_seen) >= weights.size)
 

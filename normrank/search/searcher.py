@@ -145,12 +145,15 @@ def search_into(
             group.certified = np.ones(rows.size, dtype=bool)  # exact over the whole collection
         else:
             weights, lookup, order = _ann_inputs(target, plan, alpha)
+            # (the over-fetch's certificate needs the weights' range; a scan reads its order's)
+            over = cache.weight_range(target.base, alpha) if plan.method == "overfetch" else None
             parts = []
             for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
                 block = SearchStats()
                 q = unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]]
                 parts.append(_ann.adaptive_search(target.index, q, plan, weights=weights, lookup=lookup,
-                                                  order=order, stats=block))  # fmt: skip
+                                                  order=order, stats=block,
+                                                  weight_range=over))  # fmt: skip
                 group.include(block)
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
@@ -221,8 +224,10 @@ class OneQuery:
                 stats.certified = np.ones(1, dtype=bool)  # the index's own ranking of its candidates
                 return cos, cand
         weights, lookup, order = _ann_inputs(target, plan, a)
+        over = target.cache.weight_range(target.base, a) if plan.method == "overfetch" else None
         s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,
-                                      order=order, stats=stats)  # fmt: skip
+                                      order=order, stats=stats,
+                                      weight_range=over)  # fmt: skip
         return s, target.doc_ids.at(pos)
 
 
