@@ -8,6 +8,7 @@ medians; ratios to plain FAISS cosine top-10 in the same rounds.
   inverted lists, one product per list (their float32 codes viewed in place).
 
     python benchmarks/small_flat.py            # generated 3k / 8.4k / 20k + the cached real set
+    python benchmarks/small_flat.py --certified  # the scan's certified fraction on the real set
 """
 
 from __future__ import annotations
@@ -67,6 +68,28 @@ def flat_ivf(ni: NormIndex, w: np.ndarray):
     return run
 
 
+def certified(docs: np.ndarray, queries: np.ndarray) -> None:
+    """The share of queries the bound certifies before any scan row (``SearchStats.certified``)
+    per alpha, in batches of 10 (below the flat product's batch size: the scan runs)."""
+    q, n = queries[:200], docs.shape[0]
+    nlist = int(4 * np.sqrt(n))
+    for factory in ("HNSW32", f"IVF{nlist},Flat"):
+        ni = NormIndex(docs.shape[1], factory=factory)
+        if "IVF" in factory:
+            ni.train(docs)
+            faiss.extract_index_ivf(ni.faiss_index).nprobe = nlist // 4
+        else:
+            faiss.downcast_index(ni.faiss_index.index).hnsw.efSearch = 64
+        ni.add(docs)
+        shares = []
+        for alpha in (-1.5, -1.0, -0.5, 0.5, 1.0):
+            parts = [
+                ni.search(q[i : i + 10], K, alpha=alpha, return_stats=True)[2] for i in range(0, len(q), 10)
+            ]
+            shares.append(f"{alpha:+g}: {sum(p.n_certified for p in parts) / len(q):.2f}")
+        print(f"{factory} ({len(q)} queries): certified " + "; ".join(shares), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=7)
@@ -75,9 +98,14 @@ def main() -> None:
     ap.add_argument("--kinds", default="hnsw,ivf")
     ap.add_argument("--ef", type=int, default=64, help="HNSW efSearch")
     ap.add_argument("--no-real", action="store_true", help="generated sets only")
+    ap.add_argument("--certified", action="store_true", help="only the scan's certified fraction, real set")
     args = ap.parse_args()
     faiss.omp_set_num_threads(1)
     docs, queries, used = real_embeddings(speed.SMALL_REAL, encode_missing=False)
+    if args.certified:
+        print(f"{'+'.join(used)}: {docs.shape[0]} documents", flush=True)
+        certified(docs, queries)
+        return
     sets = (
         []
         if args.no_real
