@@ -67,7 +67,8 @@ class Searches:
         ``ef_search`` beyond pgvector's 1,000 scans at 1,000 (:data:`EF_CAP`). With
         ``return_stats``, ``(scores, ids, stats)``: a :class:`~normrank.search.plan.SearchStats`
         of what the search did (path, cosine depth fetched, rows scanned, queries widened, bytes
-        of the client's copy), as ``NormIndex.search`` returns."""
+        of the client's copy), as ``NormIndex.search`` returns; its ``certified`` stays empty
+        (not all False): only NormIndex certifies queries."""
         unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
         nq, k = scores.shape
         ef = self.ef_search if ef_search is None else as_positive_int(ef_search, "ef_search")

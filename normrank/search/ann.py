@@ -37,6 +37,7 @@ import faiss
 import numpy as np
 
 from normrank.search.batch_heaps import BatchHeaps
+from normrank.search.bound import unseen_can_beat
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.id_lookup import IdLookup
@@ -97,6 +98,7 @@ def adaptive_search(
     lookup: IdLookup,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
+    weight_range: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``plan.k`` of ``cos * weights`` through the ANN ``index``, by ``plan.method``
     (the scan in the module docstring; ``"cosine"``: the index's own ranking; ``"overfetch"``:
@@ -110,6 +112,8 @@ def adaptive_search(
         lookup: FAISS id -> storage position.
         order: the documents in decreasing weight order (read by ``"scan"`` only).
         stats: filled with what the search did when given.
+        weight_range: ``(smallest, largest)`` of ``weights`` where the caller knows it (the
+            certificate of a search that reads no weight order; else found by a pass).
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
@@ -118,7 +122,8 @@ def adaptive_search(
     if plan.method == "cosine":
         return _cosine(index, unit_q, plan, lookup, stats)
     cos, cand = _search(index, unit_q, plan.depth, plan.ef)
-    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats)
+    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
+                  weight_range=weight_range)  # fmt: skip
 
 
 def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStats):
@@ -130,6 +135,7 @@ def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStat
         stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
         cos, cand = _search(index, unit_q, fetch, plan.ef)
         pos = lookup(cand)
+        stats.certified = np.ones(unit_q.shape[0], dtype=bool)  # the index's own ranking of its candidates
         if (pos >= 0).all():
             return cos[:, :k], pos[:, :k]
         if not ((pos < 0) & (cand >= 0)).any():
@@ -151,6 +157,7 @@ def rerank(
     lookup: IdLookup,
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
+    weight_range: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
     candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
@@ -168,6 +175,17 @@ def rerank(
             cos[0], cand[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
         )
         if got is not None:
+            if scan is None:  # (a scan records its own certificate)
+                stats.certified = _bound_held(
+                    got[0][None, -1],
+                    cos,
+                    cand,
+                    plan,
+                    weights=weights,
+                    w_range=weight_range,
+                    n_seen=depth,
+                    dim=unit_q.shape[1],
+                )
             return got[0][None], got[1][None]
     pos = lookup(cand)
     valid = pos >= 0
@@ -176,18 +194,59 @@ def rerank(
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
     top_s, top_p = _select(rescored, pos, k)
     if scan is None or not depth:
+        stats.certified = _bound_held(
+            top_s[:, -1],
+            cos,
+            cand,
+            plan,
+            weights=weights,
+            w_range=weight_range,
+            n_seen=valid.sum(axis=1),
+            dim=unit_q.shape[1],
+        )
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
     c_last = cos[:, trust - 1].astype(np.float64)
     exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
+    # A trusted rank the index left empty bounds nothing, unless every document was returned.
+    provable = (cand[:, trust - 1] >= 0) | (valid.sum(axis=1) >= weights.size)
     if unit_q.shape[0] == 1:
-        if exhausted[0]:
+        if exhausted[0]:  # nothing scanned: the bound on the candidates alone
+            stats.certified = _bound_held(
+                top_s[:, -1],
+                cos,
+                cand,
+                plan,
+                weights=weights,
+                w_range=(scan.w_min(weights), scan.w_max(weights)),
+                n_seen=valid.sum(axis=1),
+                dim=unit_q.shape[1],
+            )
             return top_s, top_p
         s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(c_last[0]),
                          weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+        stats.certified = stats.certified & provable
         return s[None], p[None]
-    return _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
-                       weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+    got = _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
+                      weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
+    stats.certified = stats.certified & provable
+    return got
+
+
+def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, w_range, n_seen, dim: int) -> np.ndarray:
+    """Per query, whether the bound (:func:`~normrank.search.bound.unseen_can_beat`) held on the
+    candidates alone: no unseen document, of cosine at most the trusted one and weight within
+    the weights' range, can beat ``kth``; at a trusted rank the index left empty, only when it
+    returned every document (``n_seen`` live candidates). ``w_range``: ``(smallest, largest)``
+    weight, None: one pass over ``weights``."""
+    depth = cos.shape[1]
+    if not depth or not weights.size:
+        return np.asarray(n_seen) >= weights.size
+    trust = min(depth, max(plan.k, plan.trust))
+    c_trust = cos[:, trust - 1].astype(np.float64)
+    w_min, w_max = w_range if w_range is not None else (float(weights.min()), float(weights.max()))
+    held = ~unseen_can_beat(np.asarray(kth, dtype=np.float64), c_trust, w_max, w_min, dim)
+    return (held & (cand[:, trust - 1] >= 0)) | (np.asarray(n_seen) >= weights.size)
 
 
 def _rerank_one(cos, cand, q, plan: SearchPlan, *, weights, lookup, order, stats):
@@ -231,6 +290,8 @@ def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
     while True:
         kth = float(s[-1])
         need = order.need_one(weights, kth, c_last, q.size)
+        if not scanned:  # the certificate: the bound held before any row was read
+            stats.certified = np.array([need <= 0])
         if need <= scanned:
             return s, p
         stop = int(min(n, need, max(band if scanned == 0 else n, k, scanned + 1)))
@@ -272,6 +333,8 @@ def _scan_batch(unit_q, top, c_last, exhausted, *, weights, order, band, stats):
     scanned = 0
     while True:
         need = order.need(weights, heaps.kth(active), c_last[active], unit_q.shape[1])
+        if not scanned:  # the certificates: the bound held before any row was read
+            stats.certified = need <= 0
         done = (need <= scanned) | exhausted[active]
         active, need = active[~done], need[~done]
         if not active.size:

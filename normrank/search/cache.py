@@ -44,7 +44,7 @@ class SearchCache:
             False where the index is flat.
     """
 
-    __slots__ = ("ascending", "device", "lookup", "one", "orders", "powers", "rows")
+    __slots__ = ("ascending", "base_range", "device", "lookup", "one", "orders", "powers", "rows")
 
     def __init__(self) -> None:
         self.powers: dict[float, np.ndarray] = {}
@@ -54,6 +54,7 @@ class SearchCache:
         self.rows: Any = None
         self.device: Any = None
         self.one: Any = None
+        self.base_range: np.ndarray | None = None  # (smallest, largest) weight base: 16 bytes
 
     def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
         """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""
@@ -69,6 +70,15 @@ class SearchCache:
                 self.powers.pop(next(iter(self.powers)))
             self.powers[alpha] = w
         return w
+
+    def weight_range(self, base: np.ndarray, alpha: float) -> tuple[float, float]:
+        """``(smallest, largest)`` of ``base**alpha`` without a pass over the weights: the
+        powers of the base's extremes (the power is monotone, saturation included), the
+        extremes found once per state."""
+        if self.base_range is None:
+            self.base_range = np.array([base.min(), base.max()]) if base.size else np.ones(2)
+        ends = norm_weight(self.base_range, alpha)
+        return float(ends.min()), float(ends.max())
 
     def id_lookup(self, ids: np.ndarray) -> IdLookup:
         if self.lookup is None:
@@ -109,4 +119,5 @@ class SearchCache:
         # rows a weight order's own copy holds (fetched by round trips), one copy per order
         total += sum(o.rows.nbytes for o in self.orders.values() if isinstance(o.rows, PrefixCopy))
         total += 0 if self.lookup is None else self.lookup.nbytes
+        total += 0 if self.base_range is None else self.base_range.nbytes
         return total + int(getattr(self.rows, "nbytes", 0))

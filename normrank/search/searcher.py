@@ -126,33 +126,52 @@ def search_into(
     scores, ids = scores[:, :k], ids[:, :k]
     flat = target.inner if isinstance(target.inner, faiss.IndexFlat) else None
     breadth = {} if flat is not None else ann_params(target.inner)  # FAISS's, now
+    # An HNSW's float32 storage, all of it live: the exact flat product can read it in place.
+    rows_flat = _hnsw_flat_storage(target) if flat is None and device is None else None
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
+    certified = np.zeros(nq, dtype=bool)  # in the caller's order, whatever the groups
     for a in alphas[:1] if uniform else np.unique(alphas):
         rows = np.arange(nq) if uniform else np.flatnonzero(alphas == a)
         alpha = float(a)
         plan = plan_search(replace(options, k=k, alpha=alpha, breadth=breadth), target.n_stored,
-                           flat=flat is not None)  # fmt: skip
+                           flat=flat is not None, nq=rows.size, dim=unit_q.shape[1],
+                           flat_rows=rows_flat is not None)  # fmt: skip
         group = SearchStats()
         if plan.method == "flat":  # the flat kernel blocks queries and documents itself
             weights = cache.power(target.base, alpha)
-            s, pos = _search_flat(flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
+            s, pos = _search_flat(flat if flat is not None else rows_flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
                                   device=device)  # fmt: skip
             group.path, group.scanned, group.depth, group.rounds = plan.method, plan.depth, plan.depth, 1
+            group.certified = np.ones(rows.size, dtype=bool)  # exact over the whole collection
         else:
             weights, lookup, order = _ann_inputs(target, plan, alpha)
+            # (the over-fetch's certificate needs the weights' range; a scan reads its order's)
+            over = cache.weight_range(target.base, alpha) if plan.method == "overfetch" else None
             parts = []
             for r0 in range(0, rows.size, _ANN_QUERY_BLOCK):  # bounded candidate arrays
                 block = SearchStats()
                 q = unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]]
                 parts.append(_ann.adaptive_search(target.index, q, plan, weights=weights, lookup=lookup,
-                                                  order=order, stats=block))  # fmt: skip
+                                                  order=order, stats=block,
+                                                  weight_range=over))  # fmt: skip
                 group.include(block)
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
         ids[rows] = doc_ids.at(pos)
+        certified[rows] = group.certified
         stats.include(group)
         if not uniform:
             stats.groups[alpha] = group
+    stats.certified = certified
+
+
+def _hnsw_flat_storage(target: SearchTarget) -> faiss.IndexFlat | None:
+    """The ``IndexFlat`` storage of an HNSW holding no removed vectors (its rows are then the
+    documents by position), else None: SQ / PQ codes and tombstones keep to the scan."""
+    if target.n_removed or not isinstance(target.inner, faiss.IndexHNSW):
+        return None
+    storage = faiss.downcast_index(target.inner.storage)
+    return storage if isinstance(storage, faiss.IndexFlat) else None
 
 
 def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
@@ -202,10 +221,13 @@ class OneQuery:
             cos, cand = _ann._search(target.index, unit_q, plan.depth, plan.ef)
             if cand[0, -1] >= 0:
                 stats.path, stats.depth, stats.rounds = plan.method, plan.depth, 1
+                stats.certified = np.ones(1, dtype=bool)  # the index's own ranking of its candidates
                 return cos, cand
         weights, lookup, order = _ann_inputs(target, plan, a)
+        over = target.cache.weight_range(target.base, a) if plan.method == "overfetch" else None
         s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,
-                                      order=order, stats=stats)  # fmt: skip
+                                      order=order, stats=stats,
+                                      weight_range=over)  # fmt: skip
         return s, target.doc_ids.at(pos)
 
 
