@@ -123,6 +123,33 @@ def measure(label: str, x: np.ndarray, q: np.ndarray, passes: int, ef_forced: in
     return result
 
 
+def floor_rows(w_sorted: np.ndarray, kth: float, c_t: float, d: int) -> int:
+    """Rows in decreasing weight order (``w_sorted``) a scan must read before
+    :func:`~normrank.search.bound.unseen_can_beat` holds for ``kth`` and trusted cosine ``c_t``."""
+    if c_t + cosine_slack(d) > 0:
+        return int(np.count_nonzero(w_sorted > weight_limit(kth, c_t, d)))
+    return w_sorted.size if unseen_can_beat(kth, c_t, w_sorted[0], w_sorted[-1], d) else 0
+
+
+def simulated_scan(
+    scores: np.ndarray, cand: np.ndarray, by_weight: np.ndarray, w_sorted: np.ndarray, c_t: float, d: int
+) -> tuple[np.ndarray, int]:
+    """``(top-k positions, rows read)`` of a scan exact w.r.t. the trusted cosine ``c_t``, in numpy:
+    the candidates ``cand``, then documents in weight order (``by_weight``) 512 at a time until
+    the bound holds for the k-th score so far; ``scores``: the reference's scores of every document."""
+    seen = np.unique(cand[cand >= 0])
+    scanned = 0
+    while True:
+        kth = np.sort(scores[seen])[-K] if seen.size >= K else -np.inf
+        need = floor_rows(w_sorted, float(kth), c_t, d)
+        if need <= scanned:
+            top = seen[np.argsort(-scores[seen], kind="stable")[:K]]
+            return top, scanned
+        hi = min(need, scanned + 512)
+        seen = np.union1d(seen, by_weight[scanned:hi])
+        scanned = hi
+
+
 def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> dict:
     """One alpha's timings, rows and floor (see the module docstring); ``ux``: the unit documents."""
     n, d = ux.shape
@@ -152,13 +179,19 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
     # The floor: weights above the limit the final k-th score and the trusted cosine set.
     w_sorted = np.sort(weights.astype(np.float64))[::-1]
     floor = np.zeros(len(uq), dtype=np.int64)
+    floor_depth = np.zeros(len(uq), dtype=np.int64)
     for i in range(len(uq)):
-        kth, c_t = float(scores[i, -1]), tops[i][2]
-        if c_t + cosine_slack(d) > 0:
-            floor[i] = np.count_nonzero(w_sorted > weight_limit(kth, c_t, d))
-        else:
-            floor[i] = n if unseen_can_beat(kth, c_t, w_sorted[0], w_sorted[-1], d) else 0
-    prefix = np.ascontiguousarray(ux[np.argsort(-weights, kind="stable")])
+        floor[i] = floor_rows(w_sorted, float(scores[i, -1]), tops[i][2], d)
+        # the same with the whole depth trusted (its last cosine): what the trusted rank costs
+        floor_depth[i] = floor_rows(w_sorted, float(scores[i, -1]), float(cands[i][0][0, -1]), d)
+    # The recall a scan trusting the whole depth would reach (simulated; the plan's trust beside it).
+    by_weight = np.argsort(-weights, kind="stable")
+    sims = {}
+    for name, rank in (("trust", trust), ("depth", plan.depth)):
+        sim = [simulated_scan(cos_all[i] * w64, lookup(cands[i][1][0]), by_weight, w_sorted,
+                              float(cands[i][0][0, rank - 1]), d) for i in range(len(uq))]  # fmt: skip
+        sims[name] = (recall(np.array([t for t, _ in sim]), ref), float(np.mean([r for _, r in sim])))
+    prefix = np.ascontiguousarray(ux[by_weight])
     deepest = int(floor.max())
     codes = ScanCodes(d, n, (deepest // CHUNK + 1) * CHUNK * d)
     codes.grow(deepest, lambda lo, hi: prefix[lo:hi])
@@ -239,6 +272,9 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
     row.update(
         depth=plan.depth, trust=trust, band=plan.band, rows_scanned=float(scanned.mean()),
         rows_floor=float(floor.mean()), floor_p50=float(np.median(floor)), floor_max=deepest,
+        floor_trust_depth=float(floor_depth.mean()),
+        simulated_recall=sims["trust"][0], simulated_rows=sims["trust"][1],
+        simulated_recall_depth=sims["depth"][0], simulated_rows_depth=sims["depth"][1],
         certified=float(certified.mean()), recall=weighted_recall,
         ids=ids.tolist(), scores=scores.tolist(),
     )  # fmt: skip
@@ -247,7 +283,9 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
         f"{row['faiss_depth']:.0f}, rescore {row['rescore']:.0f}, scan {row['scan']:.0f}, overhead "
         f"{row['overhead']:.0f}; stages fused {row['stages']:.0f}, rows only {row['whole_rows_only']:.0f}) rows {row['rows_scanned']:.0f} floor {row['rows_floor']:.0f} oracle "
         f"{row['oracle_best']:.0f} (sgemv {row['oracle_sgemv']:.0f}, kernel {row['oracle_row_kernel']:.0f}, "
-        f"int8 {row['oracle_int8']:.0f}) recall {weighted_recall:.4f} load {os.getloadavg()[0]:.1f}",
+        f"int8 {row['oracle_int8']:.0f}) recall {weighted_recall:.4f} (simulated: "
+        f"{sims['trust'][0]:.4f} in {sims['trust'][1]:.0f} rows; the depth trusted {sims['depth'][0]:.4f} in "
+        f"{sims['depth'][1]:.0f} rows) load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     return row
@@ -256,9 +294,10 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
 def table(results: list[dict]) -> list[str]:
     lines = [
         "| set | ef | alpha | plain us | whole us | ratio | added us | FAISS at depth us | re-score us | "
-        "scan us alone / in the call | fixed overhead us | rows read | floor rows (p50) | oracle scan us | "
+        "scan us alone / in the call | fixed overhead us | rows read | floor rows (p50) | floor, depth trusted | "
+        "oracle scan us | "
         "oracle added us | whole, rows only us | recall |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for a, v in r["alphas"].items():
@@ -268,8 +307,22 @@ def table(results: list[dict]) -> list[str]:
                 f"| {r['set']} | {r['ef']} | {float(a):+g} | {v['plain']:.0f} | {v['whole']:.0f} | "
                 f"{v['whole'] / v['plain']:.2f} | {v['whole'] - v['plain']:.0f} | {v['faiss_depth']:.0f} "
                 f"(depth {v['depth']}) | {v['rescore']:.0f} | {v['scan']:.0f} / {in_call:.0f} | {v['overhead']:.0f} | "
-                f"{v['rows_scanned']:.0f} | {v['rows_floor']:.0f} ({v['floor_p50']:.0f}) | {v['oracle_best']:.0f} | "
+                f"{v['rows_scanned']:.0f} | {v['rows_floor']:.0f} ({v['floor_p50']:.0f}) | "
+                f"{v['floor_trust_depth']:.0f} | {v['oracle_best']:.0f} | "
                 f"{oracle_added:.0f} | {v['whole_rows_only']:.0f} | {v['recall']:.4f} |"
+            )
+    lines += [
+        "",
+        "| set | ef | alpha | trusted rank / depth | rows read | recall | simulated at the plan's trust: recall, rows | "
+        "simulated with the whole depth trusted: recall, rows |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for a, v in r["alphas"].items():
+            lines.append(
+                f"| {r['set']} | {r['ef']} | {float(a):+g} | {v['trust']} / {v['depth']} | {v['rows_scanned']:.0f} | "
+                f"{v['recall']:.4f} | {v['simulated_recall']:.4f}, {v['simulated_rows']:.0f} | "
+                f"{v['simulated_recall_depth']:.4f}, {v['simulated_rows_depth']:.0f} |"
             )
     return lines
 
@@ -280,6 +333,9 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--ef", type=int, help="this efSearch whatever its plain recall (default: the ladder's)")
+    ap.add_argument(
+        "--json", type=Path, default=ROOT / "results" / "single_query_floor.json", help="the numbers"
+    )
     ap.add_argument("--save", type=Path, help="write the numbers with ids / scores here")
     ap.add_argument("--compare", type=Path, help="check ids / scores against a saved run")
     args = ap.parse_args()
@@ -301,7 +357,7 @@ def main() -> None:
                 o = old[r["set"]]["alphas"][a]
                 same = o["ids"] == v["ids"] and o["scores"] == v["scores"]
                 print(f"{r['set']} alpha {a}: ids and scores {'identical' if same else 'DIFFER'}")
-    for path in filter(None, (args.save, ROOT / "results" / "single_query_floor.json")):
+    for path in filter(None, (args.save, args.json)):
         slim = path != args.save
         path.write_text(json.dumps(
             [{**r, "alphas": {a: {k: v for k, v in row.items() if not (slim and k in ("ids", "scores"))}
