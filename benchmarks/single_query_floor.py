@@ -281,7 +281,8 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
     print(
         f"  alpha {a:+g}: plain {row['plain']:.0f} whole {row['whole']:.0f} (faiss@{plan.depth} "
         f"{row['faiss_depth']:.0f}, rescore {row['rescore']:.0f}, scan {row['scan']:.0f}, overhead "
-        f"{row['overhead']:.0f}; stages fused {row['stages']:.0f}, rows only {row['whole_rows_only']:.0f}) rows {row['rows_scanned']:.0f} floor {row['rows_floor']:.0f} oracle "
+        f"{row['overhead']:.0f}; stages fused {row['stages']:.0f}, rows only {row['whole_rows_only']:.0f}) "
+        f"rows {row['rows_scanned']:.0f} floor {row['rows_floor']:.0f} oracle "
         f"{row['oracle_best']:.0f} (sgemv {row['oracle_sgemv']:.0f}, kernel {row['oracle_row_kernel']:.0f}, "
         f"int8 {row['oracle_int8']:.0f}) recall {weighted_recall:.4f} (simulated: "
         f"{sims['trust'][0]:.4f} in {sims['trust'][1]:.0f} rows; the depth trusted {sims['depth'][0]:.4f} in "
@@ -313,8 +314,8 @@ def table(results: list[dict]) -> list[str]:
             )
     lines += [
         "",
-        "| set | ef | alpha | trusted rank / depth | rows read | recall | simulated at the plan's trust: recall, rows | "
-        "simulated with the whole depth trusted: recall, rows |",
+        "| set | ef | alpha | trusted rank / depth | rows read | recall | "
+        "simulated at the plan's trust: recall, rows | simulated with the whole depth trusted: recall, rows |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
