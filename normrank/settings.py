@@ -88,8 +88,9 @@ SCAN_CODES_BYTES = 32 << 20
 # The client-side band of the PostgreSQL backend (normrank.backends.pgvector_band.ClientCopy):
 # all it holds of a table (ids, weight bases, weight order, weights per alpha, vectors copied)
 # stays within this many bytes whatever the table size. Vectors that do not fit are read from
-# the server per search; a table whose per-row arrays alone (~36 B a row: 2.8M rows at 100 MiB)
-# do not fit is searched with the band scored in SQL. Read at each copy's (re-)read (0: SQL band).
+# the server per search; a table whose per-row arrays alone (20 B a row and an id lookup of up to
+# 16: ~1.8M rows at 64 MiB; normrank.backends.pgvector_band.client_reserve) do not fit is searched
+# with the band scored in SQL. Read at each copy's (re-)read (0: always the SQL band).
 PG_CLIENT_CACHE_BYTES = 64 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
