@@ -10,6 +10,7 @@ from pathlib import Path
 
 __all__ = [
     "CACHE_ENV",
+    "CACHE_FRACTION",
     "CV_METRIC",
     "DEFAULT_ALPHAS",
     "DEFAULT_BETAS",
@@ -18,6 +19,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "PG_CLIENT_CACHE_BYTES",
     "PROGRESS_LINE_FRACTION",
     "PROGRESS_LINE_MIN_SECONDS",
     "PROGRESS_LINE_SECONDS",
@@ -50,6 +52,20 @@ PROGRESS_LINE_FRACTION = 0.10
 PROGRESS_LINE_MIN_SECONDS = 1.0
 
 # --- the index ---------------------------------------------------------------------------------
+# The search caches of an index (the weights of alphas besides the one in use, the scan's prefix
+# copy and int8 codes) get at most this fraction of the bytes FAISS itself holds for the index
+# (normrank.search.faiss_info.index_bytes), each part still capped by its absolute cap below.
+# Why 0.05: the memory goal is normrank's whole excess over FAISS <= max(32 B/doc, 10% of
+# FAISS's bytes); the per-document tables (ids, bases, weight order: ~12-26 B/doc measured)
+# take part of it, and at HNSW32,SQ8 (~660 B/doc) 10% leaves ~45 B/doc for the caches. At
+# IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights: only the alpha in use's
+# (4 B/doc, always kept) is, each other alpha's are recomputed per search (~1 ms at 200k).
+# Split (normrank.search.cache.cache_budget): a quarter to the weights, a quarter to the prefix
+# copy, a half to the codes (a quarter of a row's bytes: 4x the rows per byte, what single
+# queries read); all of it to the weights where the index is flat (no scan). math.inf: the
+# absolute caps only; 0: every cache off but the alpha in use's weights. Read at each index
+# state's first search, so it can be set at run time.
+CACHE_FRACTION = 0.05
 # Per-α weights w**α kept per index (normrank.search.cache.SearchCache): a few α are typical per
 # application, and each entry costs one float per document; at most this many entries, and at
 # most SEARCH_CACHE_BYTES for all of them (the one in use is always kept).
@@ -69,6 +85,13 @@ SCAN_PREFIX_BYTES = 16 << 20
 # tenth of the queries scan 35k-43k rows; past 16 MiB they read rows at ~0.5 us each, 15 ms a
 # query). Written only as far as scans read; read at each index state's first scan (0: none).
 SCAN_CODES_BYTES = 32 << 20
+# The client-side band of the PostgreSQL backend (normrank.backends.pgvector_band.ClientCopy):
+# all it holds of a table (ids, weight bases, weight order, weights per alpha, vectors copied)
+# stays within this many bytes whatever the table size. Vectors that do not fit are read from
+# the server per search; a table whose per-row arrays alone (20 B a row and an id lookup of up to
+# 16: ~1.8M rows at 64 MiB; normrank.backends.pgvector_band.client_reserve) do not fit is searched
+# with the band scored in SQL. Read at each copy's (re-)read (0: always the SQL band).
+PG_CLIENT_CACHE_BYTES = 64 << 20
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

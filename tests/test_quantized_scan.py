@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_topk, clustered
 
-from normrank import NormIndex
+from normrank import NormIndex, settings
 from normrank.search import ann
 from normrank.search.scan_codes import CHUNK
 from normrank.settings import SCAN_CODES_BYTES, SCAN_PREFIX_BYTES
@@ -53,6 +53,7 @@ def test_exact_against_the_codes_reconstructions(monkeypatch, factory, alpha):
     """max_depth = k: a shallow cosine cut, so that most of the top-k comes from the scan;
     single queries through the scan's int8 codes from the first row of a block."""
     monkeypatch.setattr(ann, "MIN_ROWS", 0)
+    monkeypatch.setattr(settings, "CACHE_FRACTION", float("inf"))  # (the caps alone: codes in a small index)
     rng = np.random.default_rng(1)
     x = clustered(1500, D, rng).astype(np.float32)
     q = clustered(12, D, rng).astype(np.float32)

@@ -92,6 +92,9 @@ def test_rows_just_past_the_threshold_are_contenders():
 def _pair(monkeypatch, factory: str, x: np.ndarray, codes_bytes: int):
     """Two indexes over ``x``, one scanning single queries through codes, one reading rows."""
     made = []
+    monkeypatch.setattr(
+        nr_settings, "CACHE_FRACTION", float("inf")
+    )  # (the caps alone: codes in a small index)
     for budget in (codes_bytes, 0):
         monkeypatch.setattr(nr_settings, "SCAN_CODES_BYTES", budget)
         idx = NormIndex(x.shape[1], factory=factory, n_tail=32)

@@ -11,6 +11,13 @@ read lazily, only as far as searches have needed to scan (one
 :class:`normrank.search.rows.PrefixCopy` per weight order, whose rows :meth:`ClientCopy.fetch`
 reads by id from the table).
 
+Memory: all of it within :data:`normrank.settings.PG_CLIENT_CACHE_BYTES` whatever the table
+size (:meth:`ClientCopy.fits`): the per-row arrays first (:func:`client_reserve`), what is left
+a quarter to the weights of further alphas, three quarters to the vectors (half per sign);
+vectors past that are read from the server by each search that scans them. A table whose
+per-row arrays alone exceed the budget is not copied: its band is scored in SQL
+(``SearchStats.path == "sql_band"``).
+
 Coherence: every write to the table, by normrank or by plain SQL, bumps a generation counter
 in the registry row of the table (``normrank_tables.generation``), by a statement-level trigger
 ``AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE`` that commits with the write. A search reads
@@ -33,12 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from normrank import settings
 from normrank.backends import pgvector_sql as S
 from normrank.errors import IndexStateError
 from normrank.scoring import WEIGHT_CAP
 from normrank.search.ann import rerank
 from normrank.search.bound import unseen_can_beat
-from normrank.search.cache import SearchCache
+from normrank.search.cache import CacheBudget, SearchCache
 from normrank.search.norm_band import band_edge
 from normrank.search.plan import SearchPlan, SearchStats
 from normrank.search.rows import PrefixCopy
@@ -47,6 +55,7 @@ __all__ = [
     "NEEDS_SNAPSHOT",
     "ClientCopy",
     "QueryBlock",
+    "client_reserve",
     "client_search",
     "generation_trigger",
     "has_generation_trigger",
@@ -121,10 +130,21 @@ def has_generation_trigger(conn: Any, t: Any, table: str) -> bool:
     return row is not None
 
 
+def client_reserve(n: int) -> int:
+    """The most bytes a copy of ``n`` rows holds whatever it scans: ids (8 a row), weight bases
+    (4), the weight order (4), the alpha in use's weights (4), the id lookup (a dense table of
+    up to 4 x max(n, 1024) int32) and each weight order's 1/64 weight samples and weight heads
+    (up to 8 weightings per order, 2 orders: :mod:`normrank.search.weight_order`)."""
+    lookup = 4 * (4 * max(n, 1024) + 2)
+    samples = 2 * 8 * (8 * -(-n // 64) + 4 * min(8192, n // 4))
+    return 20 * n + lookup + samples
+
+
 class ClientCopy:
     """What one index object holds of its table for the client-side band: the (oid, generation)
     it was read at, every row's id and weight base, and a :class:`~normrank.search.cache.SearchCache`
-    (weights per alpha, id lookup, the lazily copied weight orders) built on them."""
+    (weights per alpha, id lookup, the lazily copied weight orders) built on them; all within
+    ``budget`` bytes (:data:`~normrank.settings.PG_CLIENT_CACHE_BYTES` at the last (re-)read)."""
 
     def __init__(self) -> None:
         self.key: tuple[int, int] | None = None
@@ -134,18 +154,33 @@ class ClientCopy:
         self.conn: Any = None  # the connection of the search in progress (fetch reads through it)
         self.t: Any = None  # and its table
         self.reads = 0  # times the copy was (re-)read: for tests and benchmarks
+        self.budget = int(settings.PG_CLIENT_CACHE_BYTES)
+        self.fits = True  # False: the table at ``key`` is too large for the budget (SQL band)
 
     @property
     def n(self) -> int:
         return int(self.ids.size)
 
+    @staticmethod
+    def may_fit(n: int) -> bool:
+        """Whether ``n`` rows' per-row arrays fit the budget as it is set now."""
+        return client_reserve(max(int(n), 0)) <= int(settings.PG_CLIENT_CACHE_BYTES)
+
     def load(self, conn: Any, t: Any, key: tuple[int, int]) -> None:
         from psycopg import sql
 
-        rows = conn.execute(sql.SQL(f"SELECT id, {S.BASE} FROM {{}}").format(t)).fetchall()
+        self.budget = budget = int(settings.PG_CLIENT_CACHE_BYTES)
+        # Counted first (the same snapshot): a table too large is not read into the client.
+        count = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(t)).fetchone()[0])
+        self.fits = client_reserve(count) <= budget
+        rows = (
+            conn.execute(sql.SQL(f"SELECT id, {S.BASE} FROM {{}}").format(t)).fetchall() if self.fits else []
+        )
         self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         self.base = np.fromiter((r[1] for r in rows), dtype=np.float32, count=len(rows))
-        self.cache = SearchCache()
+        rest = max(budget - client_reserve(self.n), 0)
+        # (the alpha in use's weights are in the reserve; further alphas' get a quarter of the rest)
+        self.cache = SearchCache(lambda: CacheBudget(4 * self.n + rest // 4, rest - rest // 4, 0))
         self.key = key
         self.reads += 1
 
@@ -165,7 +200,8 @@ class ClientCopy:
     @property
     def nbytes(self) -> int:
         """Bytes the client holds of the table: ids, weight bases, and the search cache (weights
-        per alpha, the weight orders and the vectors read so far, both signs of alpha)."""
+        per alpha, the weight orders and the vectors kept so far, both signs of alpha): at most
+        ``budget``."""
         return self.ids.nbytes + self.base.nbytes + self.cache.nbytes
 
 
@@ -215,7 +251,8 @@ def client_search(
     returns :data:`NEEDS_SNAPSHOT` (nothing filled) and the caller runs it again inside a
     REPEATABLE READ transaction, where the copy is re-read and grown in the candidates'
     snapshot. Returns the number of queries that scanned past the first chunk, or None when the
-    table has no working generation trigger (nothing filled: score the band in SQL)."""
+    table has no working generation trigger or is too large for the client's budget
+    (:attr:`ClientCopy.fits`; nothing filled: score the band in SQL)."""
     depth = plan_of(copy.n if copy.key is not None else None).depth
     gen, cands = S.candidates(conn, t, queries.unit_q, trigger=_trigger_name(table), depth=depth)
     if gen is None:
@@ -227,6 +264,8 @@ def client_search(
         if not in_transaction:
             return NEEDS_SNAPSHOT
         copy.load(conn, t, (oid, generation))
+    if not copy.fits:
+        return None
     n = copy.n
     if n == 0:
         return 0
@@ -242,7 +281,7 @@ def client_search(
     finally:
         copy.conn = copy.t = None
     scores[...], ids[...] = out_s, out_i
-    did.widened, did.cache_bytes = widened, copy.nbytes
+    did.widened, did.cache_bytes, did.cache_budget_bytes = widened, copy.nbytes, copy.budget
     vars(stats).update(vars(did))
     return widened
 
@@ -290,7 +329,7 @@ def _rerank_all(
         rows = np.flatnonzero(alphas == a)
         weights = cache.power(copy.base, alpha)
         # (the row source is used only when the order for this sign is first built)
-        order = cache.order(copy.base, alpha, PrefixCopy(copy.fetch))
+        order = cache.order(copy.base, alpha, PrefixCopy(copy.fetch, cache.budget.prefix // 2))
         batch = rows[counts[rows] == expect]
         if batch.size:  # every query here got the whole depth: one scan (BLAS segments for a batch)
             widened += run(batch, expect)

@@ -97,9 +97,9 @@ class Searches:
                 self._ann(
                     B.QueryBlock(unit_q, alphas, k), rest, ef=ef, scores=scores, ids=ids, stats=weighted
                 )
-                cache_bytes = weighted.cache_bytes
+                cache_bytes, budget = weighted.cache_bytes, weighted.cache_budget_bytes
                 stats.include(weighted)  # ("mixed" when some queries were plain cosine)
-                stats.cache_bytes = cache_bytes
+                stats.cache_bytes, stats.cache_budget_bytes = cache_bytes, budget
         return (scores, ids, stats) if return_stats else (scores, ids)
 
     def _plan(self, n: int | None, k: int, ef: int, *, sql_band: bool = False) -> SearchPlan:
@@ -163,7 +163,8 @@ class Searches:
                 scores[rest], ids[rest] = sub_s, sub_i
             return got
 
-        if self.client_band:  # one statement when the copy is current, else one transaction
+        # (a table last counted too large for the client's budget: straight to the SQL band)
+        if self.client_band and self._copy.may_fit(self._n):  # one statement when the copy is current
             plan = plan_of(self._copy.n if self._copy.key else None)
             ef_c = max(ef, plan.depth)  # the beam widened to the depth, as FAISS's (within EF_CAP)
             got = self._run(lambda c: client(c, False), single=True, ef=ef_c)
@@ -181,3 +182,4 @@ class Searches:
         self._run(rounds, read_only=True, ef=max(ef, plan.depth))
         stats.path, stats.depth, stats.scanned = "sql_band", plan.depth, plan.band
         stats.widened, stats.rounds = self.last_widened, 1 + (self.last_widened > 0)
+        stats.cache_bytes, stats.cache_budget_bytes = self._copy.nbytes, self._copy.budget

@@ -21,8 +21,15 @@ from normrank.index.knobs import SearchKnobs
 from normrank.index.persistence import load_state, save_state
 from normrank.index.state import IndexState, check_state
 from normrank.index.wrap import new_faiss_index, state_from_faiss
-from normrank.search.cache import SearchCache
-from normrank.search.faiss_info import breadth_knobs, inner_index, keeps_removed, set_breadth, with_ids
+from normrank.search.cache import CacheBudget, SearchCache, cache_budget
+from normrank.search.faiss_info import (
+    breadth_knobs,
+    index_bytes,
+    inner_index,
+    keeps_removed,
+    set_breadth,
+    with_ids,
+)
 from normrank.search.plan import SearchOptions, SearchStats
 from normrank.search.rows import row_source
 from normrank.search.searcher import OneQuery, SearchTarget, search_args, search_into
@@ -116,7 +123,7 @@ class NormIndex(SearchKnobs):
         self._inner = inner_index(state.faiss_index)
         self.factory = state.factory
         self._docs = DocTable(state.ids, state.norms, state.weights, state.tombstones, state.next_id)
-        self._cache = SearchCache()
+        self._cache = SearchCache(self._cache_budget)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -320,7 +327,12 @@ class NormIndex(SearchKnobs):
             self._changed()
 
     def _changed(self) -> None:
-        self._cache = SearchCache()
+        self._cache = SearchCache(self._cache_budget)
+
+    def _cache_budget(self) -> CacheBudget:
+        """The search caches' budget of this state (asked under the lock, at its first search):
+        a fraction of what FAISS holds for the index (:func:`normrank.search.cache.cache_budget`)."""
+        return cache_budget(index_bytes(self._index), scans=not isinstance(self._inner, faiss.IndexFlat))
 
     def _one_query(self) -> OneQuery | bool:
         """The latency case bound to this state, or False where :meth:`search` never takes it
@@ -391,6 +403,7 @@ class NormIndex(SearchKnobs):
                 got = one and one(q, options, stats)
                 if got and return_stats:  # (counting the cache costs ~10 us: only when asked)
                     stats.cache_bytes = self._cache.nbytes
+                    stats.cache_budget_bytes = self._cache.budget.total
             if got:
                 return (*got, stats) if return_stats else got
         unit_q, alphas, options = search_args(q, options, self.dim)
@@ -406,6 +419,7 @@ class NormIndex(SearchKnobs):
                                 stats=stats)  # fmt: skip
                 if return_stats:
                     stats.cache_bytes = self._cache.nbytes
+                    stats.cache_budget_bytes = self._cache.budget.total
             finally:
                 if old:
                     set_breadth(self._inner, old)

@@ -8,34 +8,84 @@ after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
 of the index, and their int8 codes for single queries, within
-:data:`~normrank.settings.SCAN_CODES_BYTES`. ``nbytes`` counts all of it."""
+:data:`~normrank.settings.SCAN_CODES_BYTES`. ``nbytes`` counts all of it.
+
+Those three caps are caps: an index's own budget (:func:`cache_budget`) is
+:data:`~normrank.settings.CACHE_FRACTION` of the bytes FAISS holds for it, so that a small or
+compressed index does not pay more beside FAISS than the caches are worth."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from normrank import settings
+from normrank.errors import InvalidParameterError
 from normrank.scoring import norm_weight
 from normrank.search.id_lookup import IdLookup
 from normrank.search.rows import PrefixCopy
 from normrank.search.weight_order import WeightOrder
 
-__all__ = ["SearchCache"]
+__all__ = ["CacheBudget", "SearchCache", "cache_budget"]
+
+
+@dataclass(frozen=True)
+class CacheBudget:
+    """Bytes one index state's bounded caches may hold: ``weights`` (every cached ``w**alpha``;
+    the alpha in use's is kept even beyond it), ``prefix`` (the scan's float32 copy of its first
+    rows, half per sign of alpha) and ``codes`` (their int8 codes, half per sign)."""
+
+    weights: int
+    prefix: int
+    codes: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.prefix + self.codes
+
+
+def cache_budget(index_bytes: int | None, *, scans: bool = True) -> CacheBudget:
+    """The budget of an index holding ``index_bytes`` in FAISS
+    (:func:`normrank.search.faiss_info.index_bytes`; None: the absolute caps only):
+    :data:`~normrank.settings.CACHE_FRACTION` of it, a quarter to the weights, a quarter to the
+    prefix copy, a half to the codes (a row's codes are a quarter of its bytes, and what single
+    queries read), each within its cap (``SEARCH_CACHE_BYTES``, ``SCAN_PREFIX_BYTES``,
+    ``SCAN_CODES_BYTES``). ``scans=False`` (flat storage: no weight-order scan): all of it to
+    the weights."""
+    caps = (int(settings.SEARCH_CACHE_BYTES), int(settings.SCAN_PREFIX_BYTES), int(settings.SCAN_CODES_BYTES))
+    if min(caps) < 0:
+        raise InvalidParameterError(f"cache caps must be >= 0 bytes, got {caps}")
+    fraction = settings.CACHE_FRACTION
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not fraction >= 0:
+        raise InvalidParameterError(f"settings.CACHE_FRACTION must be a number >= 0, got {fraction!r}")
+    if index_bytes is None or math.isinf(fraction):
+        return CacheBudget(*caps) if scans else CacheBudget(caps[0], 0, 0)
+    share = fraction * max(int(index_bytes), 0)
+    if not scans:
+        return CacheBudget(min(caps[0], int(share)), 0, 0)
+    return CacheBudget(
+        min(caps[0], int(share / 4)), min(caps[1], int(share / 4)), min(caps[2], int(share / 2))
+    )
 
 
 class SearchCache:
     """Derived search state of one index state.
 
+    ``budget_of``: the state's :class:`CacheBudget`, asked once, at its first use (None: the
+    absolute caps, :func:`cache_budget` of None).
+
     Attributes:
         powers: ``w**alpha`` (float32, by storage position) per alpha: the last
-            ``WEIGHT_CACHE_ENTRIES`` used, within ``SEARCH_CACHE_BYTES``.
+            ``WEIGHT_CACHE_ENTRIES`` used, within the budget's ``weights``.
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
-            first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each, and their int8 codes,
-            at most ``SCAN_CODES_BYTES / 2`` each).
+            first rows scanned, at most the budget's ``prefix / 2`` each, and their int8 codes,
+            at most ``codes / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan (and ``reconstruct``) reads document rows
             (:mod:`normrank.search.rows`), set at the state's first ANN search or reconstruct.
@@ -44,9 +94,13 @@ class SearchCache:
             False where the index is flat.
     """
 
-    __slots__ = ("ascending", "base_range", "device", "lookup", "one", "orders", "powers", "rows")
+    __slots__ = (
+        "_budget", "_budget_of", "ascending", "base_range", "device", "lookup", "one", "orders", "powers", "rows",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, budget_of: Callable[[], CacheBudget] | None = None) -> None:
+        self._budget_of = budget_of
+        self._budget: CacheBudget | None = None
         self.powers: dict[float, np.ndarray] = {}
         self.ascending: np.ndarray | None = None
         self.orders: dict[int, WeightOrder] = {}
@@ -56,6 +110,13 @@ class SearchCache:
         self.one: Any = None
         self.base_range: np.ndarray | None = None  # (smallest, largest) weight base: 16 bytes
 
+    @property
+    def budget(self) -> CacheBudget:
+        """This state's budget (asked at the first use; callers hold the index's lock)."""
+        if self._budget is None:
+            self._budget = cache_budget(None) if self._budget_of is None else self._budget_of()
+        return self._budget
+
     def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
         """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""
         if alpha == 0:
@@ -63,9 +124,10 @@ class SearchCache:
         w = self.powers.get(alpha)
         if w is None:
             w = norm_weight(base, alpha)
+            room = self.budget.weights
             while self.powers and (
                 len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES
-                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > settings.SEARCH_CACHE_BYTES
+                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > room
             ):
                 self.powers.pop(next(iter(self.powers)))
             self.powers[alpha] = w
@@ -104,8 +166,8 @@ class SearchCache:
                     self.ascending,
                     sign,
                     rows,
-                    settings.SCAN_PREFIX_BYTES // 2,
-                    settings.SCAN_CODES_BYTES // 2,
+                    self.budget.prefix // 2,
+                    self.budget.codes // 2,
                 )
             self.orders[sign] = order
         return order

@@ -99,6 +99,11 @@ class SearchStats:
         widened: queries that scanned past the first chunk.
         cache_bytes: bytes the index's search cache holds after the search (PostgreSQL: the
             client's copy of the table, ids, weights and the vectors read so far).
+        cache_budget_bytes: the budget of that cache's bounded parts (weights of the alphas not
+            in use, the scan's prefix copy and int8 codes: :func:`normrank.search.cache.cache_budget`);
+            ``cache_bytes`` also counts the per-document parts beside it (weight order, id table,
+            the alpha in use's weights: 4 bytes a document each). PostgreSQL: the client's whole
+            budget (:data:`normrank.settings.PG_CLIENT_CACHE_BYTES`), ``cache_bytes`` within it.
         groups: for a call with several alphas (one per query), each alpha's own stats; the
             fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;
             ``widened``: the sum). Empty when every query had the same alpha.
@@ -119,6 +124,7 @@ class SearchStats:
     rounds: int = 0
     widened: int = 0
     cache_bytes: int = 0
+    cache_budget_bytes: int = 0
     groups: dict[float, SearchStats] = field(default_factory=dict)
     certified: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 

@@ -317,19 +317,41 @@ def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: DocIds, n_remove
 class PrefixCopy:
     """Rows fetched by a callable (``fetch(positions) -> (m, d)``, e.g. from a database table)
     and kept as a prefix of one weight order, grown (doubling) only as far as scans have read:
-    for sources whose reads cost a round trip. Its bytes are ``nbytes``."""
+    for sources whose reads cost a round trip. At most ``max_bytes`` of rows are kept (None: no
+    limit); rows past them are fetched again by each read that needs them. Its bytes are
+    ``nbytes``."""
 
-    def __init__(self, fetch) -> None:
+    def __init__(self, fetch, max_bytes: int | None = None) -> None:
         self._fetch = fetch
+        self._max_bytes = max_bytes
         self._rows: np.ndarray | None = None
+        self._full = False  # the budget is spent: nothing more is kept
+
+    def _get(self, positions: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self._fetch(positions), dtype=np.float32)
 
     def ranks(self, order: np.ndarray, lo: int, hi: int) -> np.ndarray:
         have = 0 if self._rows is None else self._rows.shape[0]
-        if hi > have:
-            grow = min(order.size, max(hi, 2 * have))
-            new = np.ascontiguousarray(self._fetch(order[have:grow]), dtype=np.float32)
-            self._rows = new if self._rows is None else np.concatenate([self._rows, new])
-        return self._rows[lo:hi]
+        if hi <= have:
+            return self._rows[lo:hi]
+        if self._full:  # past the budget: read per search, not kept
+            tail = self._get(order[max(lo, have) : hi])
+            return tail if lo >= have else np.concatenate([self._rows[lo:have], tail])
+        grow = min(order.size, max(hi, 2 * have))
+        if self._rows is not None and self._max_bytes is not None:  # (no doubling past the budget)
+            grow = min(grow, max(hi, self._max_bytes // max(self._rows[0].nbytes, 1)))
+        new = self._get(order[have:grow])
+        keep = new.shape[0]
+        if self._max_bytes is not None and new.size:
+            keep = max(0, min(keep, self._max_bytes // new[0].nbytes - have))
+            self._full = keep < new.shape[0]
+        out = new[max(lo - have, 0) : hi - have]
+        if lo < have:
+            out = np.concatenate([self._rows[lo:have], out])
+        if keep:
+            kept = new[:keep] if keep == new.shape[0] else new[:keep].copy()  # (the rest is freed)
+            self._rows = kept if self._rows is None else np.concatenate([self._rows, kept])
+        return out
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,115 @@
+"""Search caches sized to the index they serve (issue 48, deliverable 5): FAISS's own bytes read
+cheaply (checked against ``faiss.serialize_index``), the default budget a fraction of them within
+the absolute caps, reported in ``SearchStats``, held to by the caches, and results that do not
+depend on it (numpy brute force for the exact kinds; the same results whatever the budget for
+the ANN kinds, whose scan reads the same rows either way)."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+from conftest import assert_same_topk, brute_force, clustered
+
+from normrank import NormIndex, settings
+from normrank.errors import InvalidParameterError
+from normrank.search.cache import CacheBudget, cache_budget
+from normrank.search.faiss_info import index_bytes
+
+D = 32
+ALPHAS = (-1.0, -0.5, 0.5, 1.0, 2.0)
+KINDS = ("Flat", "IVF16,Flat", "HNSW16", "IVF16,PQ8", "HNSW16,SQ8", "IVF16,SQ8", "Flat,RFlat")
+
+
+def _filled(kind: str, x: np.ndarray) -> NormIndex:
+    idx = NormIndex(D, factory=kind)
+    if not idx.is_trained:
+        idx.train(x)
+    idx.add(x)
+    return idx
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_index_bytes_near_serialized_size(kind):
+    """Within 1% of the serialized length (what it leaves out: headers, an IVF list's size
+    words), for the plain FAISS index and the one NormIndex wraps (an id map: 8 bytes a row)."""
+    rng = np.random.default_rng(48)
+    x = clustered(6000, D, rng)
+    plain = faiss.index_factory(D, kind, faiss.METRIC_INNER_PRODUCT)
+    plain.train(x)
+    plain.add(x)
+    for index in (plain, _filled(kind, x).faiss_index):
+        serialized = len(faiss.serialize_index(index))
+        assert abs(index_bytes(index) - serialized) <= 0.01 * serialized, (
+            kind,
+            index_bytes(index),
+            serialized,
+        )
+
+
+def test_budget_is_a_fraction_of_the_index_within_the_caps(monkeypatch):
+    """A quarter / quarter / half of CACHE_FRACTION of the index's bytes, each part within its
+    cap; all to the weights where nothing is scanned; math.inf: the caps; bad fractions refused."""
+    monkeypatch.setattr(settings, "CACHE_FRACTION", 0.05)
+    b = cache_budget(8_000_000)
+    assert b == CacheBudget(100_000, 100_000, 200_000) and b.total == 400_000
+    assert cache_budget(8_000_000, scans=False) == CacheBudget(400_000, 0, 0)
+    caps = CacheBudget(settings.SEARCH_CACHE_BYTES, settings.SCAN_PREFIX_BYTES, settings.SCAN_CODES_BYTES)
+    assert cache_budget(10**13) == caps == cache_budget(None)
+    monkeypatch.setattr(settings, "CACHE_FRACTION", float("inf"))
+    assert cache_budget(1000) == caps
+    monkeypatch.setattr(settings, "CACHE_FRACTION", 0)
+    assert cache_budget(10**9).total == 0
+    for bad in (-0.1, float("nan"), "0.1", True):
+        monkeypatch.setattr(settings, "CACHE_FRACTION", bad)
+        with pytest.raises(InvalidParameterError):
+            cache_budget(1000)
+
+
+@pytest.mark.parametrize("kind", ["Flat", "HNSW16", "IVF16,Flat", "IVF16,PQ8", "HNSW16,SQ8"])
+def test_caches_stay_within_the_reported_budget(kind):
+    """After batches and single queries at several alphas: ``cache_budget_bytes`` is the
+    default budget of the index's own bytes, and the bounded parts (weights, prefix copy, codes)
+    hold at most it plus the alpha in use's weights (4 bytes a document, always kept)."""
+    rng = np.random.default_rng(5)
+    x = clustered(6000, D, rng)
+    q = clustered(8, D, rng)
+    idx = _filled(kind, x)
+    n = idx.ntotal
+    for alpha in ALPHAS:
+        stats = idx.search(q, 10, alpha=alpha, return_stats=True)[2]
+        one = idx.search(q[0], 10, alpha=alpha, return_stats=True)[2]
+        cache = idx._cache
+        want = cache_budget(index_bytes(idx.faiss_index), scans=kind != "Flat")
+        assert stats.cache_budget_bytes == one.cache_budget_bytes == want.total
+        assert want.total <= settings.CACHE_FRACTION * index_bytes(idx.faiss_index)
+        weights = sum(p.nbytes for p in cache.powers.values())
+        assert alpha in cache.powers and weights <= max(want.weights, 4 * n)
+        prefix = sum(o._prefix.nbytes for o in cache.orders.values() if o._prefix is not None)
+        codes = sum(o._codes.rows * D for o in cache.orders.values() if o._codes is not None)
+        assert prefix <= want.prefix and codes <= want.codes
+        assert one.cache_bytes == cache.nbytes
+
+
+@pytest.mark.parametrize("kind", ["Flat", "HNSW16", "IVF16,SQ8"])
+def test_results_do_not_depend_on_the_budget(kind, monkeypatch):
+    """The same ids and scores, bit for bit, with the caches off (fraction 0), at the default
+    fraction and at the absolute caps; and Flat's equal numpy brute force."""
+    rng = np.random.default_rng(6)
+    x = clustered(5000, D, rng)
+    q = clustered(6, D, rng)
+    base = _filled(kind, x)
+    got = {}
+    for fraction in (0.0, 0.05, float("inf")):
+        monkeypatch.setattr(settings, "CACHE_FRACTION", fraction)
+        idx = NormIndex.from_state(base.to_state())  # a new state: a budget of its own
+        got[fraction] = [idx.search(q, 10, alpha=a) for a in ALPHAS] + [
+            idx.search(q[0], 10, alpha=a) for a in ALPHAS
+        ]
+    for fraction in (0.05, float("inf")):
+        for (s0, i0), (s1, i1) in zip(got[0.0], got[fraction], strict=True):
+            np.testing.assert_array_equal(i0, i1)
+            np.testing.assert_array_equal(s0, s1)
+    if kind == "Flat":  # exact (the ANN kinds: exact w.r.t. the trusted depth, the same whatever the budget)
+        for alpha, (s, i) in zip(ALPHAS, got[0.05][: len(ALPHAS)], strict=True):
+            assert_same_topk(*brute_force(x, q, alpha), s, i, 10, tol=2e-5)
