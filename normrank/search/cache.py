@@ -63,7 +63,8 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True) -> CacheBudget:
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not fraction >= 0:
         raise InvalidParameterError(f"settings.CACHE_FRACTION must be a number >= 0, got {fraction!r}")
     if index_bytes is None or math.isinf(fraction):
-        return CacheBudget(*caps) if scans else CacheBudget(caps[0], 0, 0)
+        weights, prefix, codes = caps
+        return CacheBudget(weights, prefix, codes) if scans else CacheBudget(weights, 0, 0)
     share = fraction * max(int(index_bytes), 0)
     if not scans:
         return CacheBudget(min(caps[0], int(share)), 0, 0)
