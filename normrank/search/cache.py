@@ -1,5 +1,5 @@
 """What searches derive from one state of a :class:`~normrank.NormIndex`: owned by the index,
-built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
+built lazily, dropped whole by any change (add, remove, set_bases), so nothing here is ever
 stale. Per document it holds one int32 (the weight order), the id -> position table where ids
 are not ``0 .. n - 1`` in order, where the rows are where storage positions are not document
 positions (an IVF: one int64 in its row reader's direct map, IVF-Flat / SQ / PQ, else one
