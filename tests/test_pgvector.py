@@ -148,7 +148,7 @@ def test_custom_weights_and_removal_match_normindex(uri, table):
     np.testing.assert_allclose(idx.norm_of([1, 2]), ref.norm_of([1, 2]))
     np.testing.assert_allclose(idx.reconstruct(3), x[3], rtol=1e-5, atol=1e-6)
     idx.clear_weights()
-    ref.clear_weights()
+    ref.clear_bases()
     assert_same_topk(ref.search(q, 10, alpha=-1.0), idx.search(q, 10, alpha=-1.0))
 
 

@@ -13,12 +13,12 @@ with the bands scanned exactly and their size chosen per query). The depths are 
 * Fetch the top ``depth`` by cosine from the index and re-score ``cos * w`` exactly.
 * Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
   when ``alpha > 0``), reading their rows where FAISS keeps them (:mod:`normrank.search.rows`).
-  After ``t`` of them, a document seen neither way has cosine ``<= c_T`` (the cosine at the
-  trusted rank) and weight ``<= w_(t)``, so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
-  when ``c_T < 0``), up to float rounding. Once :func:`normrank.search.bound.unseen_can_beat`
-  says nothing unseen can beat the k-th score the query stops; at worst every document is
-  scanned (exact).
-* A single query reads the first rows of the scan as int8 codes
+  After ``t`` of them, a document seen neither way has cosine ``<= trusted_cosine`` (the cosine
+  at the trusted rank) and weight ``<= w_(t)``, so it scores at most ``trusted_cosine * w_(t)``
+  (``trusted_cosine * w_min`` when it is < 0), up to float rounding. Once
+  :func:`normrank.search.bound.unseen_can_beat` says nothing unseen can beat the k-th score the
+  query stops; at worst every document is scanned (exact).
+* A single query reads the first rows of the scan as int8 scan codes
   (:mod:`normrank.search.scan_codes`): a quarter of the bytes, and the rows of only the few
   documents whose codes, with their error bound, could beat the k-th score; the same results.
 * How far to scan is read off the bound (:meth:`normrank.search.weight_order.WeightOrder.need`, a binary search). A single
@@ -27,7 +27,7 @@ with the bands scanned exactly and their size chosen per query). The depths are 
   needs (one BLAS product per segment for the queries still scanning, FAISS's heaps).
 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
-as any re-ranking of ANN output must. On compressed codes (PQ, SQ) every cosine is the codes'
+as any re-ranking of ANN output must. On FAISS codes (PQ, SQ) every cosine is the codes'
 own estimate (FAISS's search ranks by the same), so the result is exact with respect to those.
 """
 
@@ -212,20 +212,20 @@ def _rerank_one(cos, cand_ids, q, plan: SearchPlan, *, weights, lookup, order, s
 
 def _scan_one(q, top, seen_pos, trusted_cosine, *, weights, order, band, stats):
     """One query's weight-order scan (the latency case): blocks of documents whose scores beat
-    the k-th (:meth:`WeightOrder.above`: through the codes, or FAISS's inner products straight
-    from the rows), merged into ``top = (scores, positions)`` (best first)."""
+    the k-th (:meth:`WeightOrder.above`: through the scan codes, or FAISS's inner products
+    straight from the rows), merged into ``top = (scores, positions)`` (best first)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     seen_pos = np.sort(seen_pos)  # re-scored candidates: met again in the scan, they count once
-    codes = [None]  # the query's codes, made at its first block (many scans read none)
+    query_codes = [None]  # the query's scan codes, made at its first block (many scans read none)
     try:
         return _scan_one_loop(q, top, seen_pos, trusted_cosine, weights=weights, order=order, band=band,
-                              stats=stats, codes=codes)  # fmt: skip
+                              stats=stats, query_codes=query_codes)  # fmt: skip
     finally:
-        if codes[0] is not None:
-            codes[0].close()
+        if query_codes[0] is not None:
+            query_codes[0].close()
 
 
-def _scan_one_loop(q, top, seen_pos, trusted_cosine, *, weights, order, band, stats, codes):
+def _scan_one_loop(q, top, seen_pos, trusted_cosine, *, weights, order, band, stats, query_codes):
     s, p = top
     k = s.size
     n = order.positions.size
@@ -239,9 +239,9 @@ def _scan_one_loop(q, top, seen_pos, trusted_cosine, *, weights, order, band, st
         lo = scanned
         while lo < stop:
             hi = min(stop, lo + _ONE_BLOCK)
-            if codes[0] is None and hi - lo >= MIN_ROWS:
-                codes[0] = order.query_codes(q)
-            query = codes[0] if hi - lo >= MIN_ROWS else None
+            if query_codes[0] is None and hi - lo >= MIN_ROWS:
+                query_codes[0] = order.query_codes(q)
+            query = query_codes[0] if hi - lo >= MIN_ROWS else None
             ranks, beat = order.above(q, query, (lo, hi), weights=weights, kth=kth)
             at = order.positions[ranks]
             if at.size and seen_pos.size:

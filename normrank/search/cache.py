@@ -7,7 +7,7 @@ int32; an HNSW
 after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
-of the index, and their int8 codes for single queries, within
+of the index, and their int8 scan codes for single queries, within
 :data:`~normrank.settings.SCAN_CODES_BYTES`. ``nbytes`` counts all of it."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class SearchCache:
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
-            first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each, and their int8 codes,
+            first rows scanned, at most ``SCAN_PREFIX_BYTES / 2`` each, and their int8 scan codes,
             at most ``SCAN_CODES_BYTES / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan (and ``reconstruct``) reads document rows

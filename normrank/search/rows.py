@@ -180,7 +180,7 @@ class ListRows(_Decoded):
         if self._reader is not None:
             self.at = None  # the reader's int64 (list, offset) per document replaces it
 
-    def _codes(self, lst: int) -> np.ndarray:
+    def _list_codes(self, lst: int) -> np.ndarray:
         view = self._views.get(lst)
         if view is None:
             size = int(self._start[lst + 1] - self._start[lst])
@@ -197,7 +197,7 @@ class ListRows(_Decoded):
         codes = np.empty((at.size, self._code_size), dtype=np.uint8)
         for a, b in zip(np.r_[0, cut], np.r_[cut, at.size], strict=True):
             lo = int(lst[a])
-            codes[by[a:b]] = self._codes(lo).take(sorted_at[a:b] - self._start[lo], axis=0)
+            codes[by[a:b]] = self._list_codes(lo).take(sorted_at[a:b] - self._start[lo], axis=0)
         lists = np.empty(at.size, dtype=np.int64)
         lists[by] = lst
         return codes, lists

@@ -51,16 +51,16 @@ class WeightOrder:
     positions, by decreasing weight), with
     their rows read through ``rows`` (:mod:`normrank.search.rows`, or anything with
     ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
-    by both signs: ``sign > 0`` reads it backwards, a view). ``codes_bytes``: the budget of the
-    first rows' int8 codes single queries scan (:mod:`normrank.search.scan_codes`; 0: none)."""
+    by both signs: ``sign > 0`` reads it backwards, a view). ``scan_codes_bytes``: the budget of the
+    first rows' int8 scan codes single queries read (:mod:`normrank.search.scan_codes`; 0: none)."""
 
     def __init__(
-        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, codes_bytes: int = 0
+        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, scan_codes_bytes: int = 0
     ) -> None:
         self.positions = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
-        self._codes_bytes = int(codes_bytes)
-        self._codes: ScanCodes | None = None
+        self._scan_codes_bytes = int(scan_codes_bytes)
+        self._scan_codes: ScanCodes | None = None
         self._by_weights: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
         # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
         # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
@@ -199,8 +199,8 @@ class WeightOrder:
         return out
 
     def query_codes(self, q: np.ndarray) -> QueryCodes | None:
-        """What :meth:`above` needs of a query to use the codes (None: this order has none)."""
-        return QueryCodes(q) if self._codes_bytes and self.positions.size else None
+        """What :meth:`above` needs of a query to use the scan codes (None: this order has none)."""
+        return QueryCodes(q) if self._scan_codes_bytes and self.positions.size else None
 
     def above(
         self,
@@ -213,22 +213,22 @@ class WeightOrder:
     ):
         """``(ranks, scores)`` of the documents at weight ranks ``span = (lo, hi)`` (``hi``
         excluded) whose score ``(q . x) * w`` beats ``kth``, ranks ascending: read through the
-        int8 codes where they exist and ``kth`` > 0 (only the contenders' rows are read), else
+        int8 scan codes where they exist and ``kth`` > 0 (only the contenders' rows are read), else
         from the rows. The same ranks and the same float32 scores either way."""
         lo, hi = span
         ranks, scores = [], []
         start = lo
         if query is not None and 0 < kth < np.inf:
-            if self._codes is None:
-                self._codes = ScanCodes(q.size, self.positions.size, self._codes_bytes)
-            top = min(hi, self._codes.grow(hi, self._rows_for_codes))
+            if self._scan_codes is None:
+                self._scan_codes = ScanCodes(q.size, self.positions.size, self._scan_codes_bytes)
+            top = min(hi, self._scan_codes.grow(hi, self._rows_for_codes))
             a = lo
             found: list[np.ndarray] = []  # contenders not yet scored, in rank order
-            while a < top:  # one piece per chunk of codes (its own scale)
+            while a < top:  # one piece per chunk of scan codes (its own scale)
                 b = min(top, (a // CHUNK + 1) * CHUNK)
                 w_a = float(weights[self.positions[a]])  # the piece's largest weight
                 # (weights 0 from here on: nothing scores above kth > 0)
-                got = self._codes.contenders(query, a, b, kth / w_a) if w_a > 0 else _NO_RANKS
+                got = self._scan_codes.contenders(query, a, b, kth / w_a) if w_a > 0 else _NO_RANKS
                 if got is None:  # too many contenders: read the piece's rows (in rank order)
                     if found:
                         self._add(ranks, scores, *self._exact_at(q, np.concatenate(found), weights, kth))
@@ -291,5 +291,5 @@ class WeightOrder:
     @property
     def nbytes(self) -> int:
         prefix = 0 if self._prefix is None else self._prefix.nbytes
-        codes = 0 if self._codes is None else self._codes.nbytes
+        codes = 0 if self._scan_codes is None else self._scan_codes.nbytes
         return sum(s.nbytes + h.nbytes for _, s, h in self._by_weights.values()) + prefix + codes
