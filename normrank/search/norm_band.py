@@ -85,7 +85,7 @@ def search_depths(
 def band_edge(kth: float, trusted_cosine: float, alpha: float, dim: int) -> float | None:
     """The weight base beyond which every unseen document must be scored for the bound to hold:
     the base whose weight is :func:`normrank.search.bound.weight_limit` of ``kth`` and the
-    trusted cosine ``trusted_cosine`` (vectors of length ``dim``); None when the bound cannot shrink
+    ``trusted_cosine`` (vectors of length ``dim``); None when the bound cannot shrink
     (``trusted_cosine`` plus its margin not positive, or ``kth <= 0``): then every document must be
     scored. The one definition the Qdrant and Postgres backends share."""
     if trusted_cosine + cosine_slack(dim) <= 0 or kth <= 0:

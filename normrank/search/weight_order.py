@@ -29,8 +29,8 @@ _NO_RANKS = np.empty(0, dtype=np.int64)
 
 def scan_needed(kth: np.ndarray, trusted_cosine: np.ndarray, neg_w: np.ndarray, dim: int) -> np.ndarray:
     """How many documents, in decreasing weight order, a query must scan before no unseen one
-    can beat its k-th score ``kth`` (:func:`normrank.search.bound.unseen_can_beat`, the trusted
-    cosine ``trusted_cosine``, vectors of length ``dim``): a binary search of
+    can beat its k-th score ``kth`` (:func:`normrank.search.bound.unseen_can_beat`, the
+    ``trusted_cosine``, vectors of length ``dim``): a binary search of
     :func:`~normrank.search.bound.weight_limit` in ``neg_w``, the negated sorted weights; where
     the trusted cosine plus its margin is not positive the bound does not shrink as the scan
     goes, so it is 0 or all ``n``."""
