@@ -77,8 +77,8 @@ def depth_growing_search(
     active = np.arange(nq)
     depth = max(k, min(start_depth, max_depth))
     while active.size:
-        cos, cand = _search(index, unit_q[active], depth)
-        pos = lookup(cand)
+        cos, cand_ids = _search(index, unit_q[active], depth)
+        pos = lookup(cand_ids)
         valid = pos >= 0
         safe = np.maximum(pos, 0)
         # Tail documents are already scored exactly by the flat scan: drop them here.
@@ -89,7 +89,7 @@ def depth_growing_search(
             rescored = np.concatenate([rescored, tail_s[active]], axis=1)
             pos = np.concatenate([pos, tail_p[active]], axis=1)
         s, picked = _select(rescored, pos, k)
-        exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
+        exhausted = cand_ids[:, -1] < 0  # the index had fewer than `depth` candidates to give
         proven = ~unseen_can_beat(s[:, -1], cos[:, -1].astype(np.float64), w_max, w_min, unit_q.shape[1])
         done = exhausted | proven | (depth >= max_depth)
         out_s[active[done]] = s[done]

@@ -173,7 +173,7 @@ def unit_and_norms(x: ArrayLike, dim: int) -> tuple[np.ndarray, np.ndarray]:
 def as_weights(values: ArrayLike, n: int, *, what: str = "weights") -> np.ndarray:
     """``values`` as float32 ``(n,)`` weights that are stored, saved and loaded unchanged: finite,
     > 0 and within float32's normal range after the cast (so 1e39 and 1e-50 are refused rather
-    than stored as inf and 0). The same check runs at ``add`` / ``set_weights`` and at load.
+    than stored as inf and 0). The same check runs at ``add`` / ``set_bases`` and at load.
 
     Any power ``w**alpha`` with |alpha| <= 16 is then finite or saturates
     (:func:`normrank.scoring.norm_weight`), and every document keeps a real score."""

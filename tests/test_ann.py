@@ -183,15 +183,15 @@ def test_scan_needed_is_where_the_bound_first_holds():
     w = np.sort(rng.lognormal(0, 0.6, 300).astype(np.float32))[::-1]
     w[100:110] = w[100]  # equal weights
     kth = rng.normal(0, 1.5, 400)
-    c_last = np.concatenate([rng.uniform(-1, 1, 396), [0.0, 1.0, -1e-5, -1e-3]])
+    trusted_cosine = np.concatenate([rng.uniform(-1, 1, 396), [0.0, 1.0, -1e-5, -1e-3]])
     at = rng.integers(0, 300, 100)
-    kth[:50] = c_last[:50] * w[at[:50]]  # kth exactly on the bare bound
-    kth[50:100] = w[at[50:]] / weight_limit(1.0, c_last[50:100], dim)  # on the margin's limit
-    need = scan_needed(kth, c_last, -w.astype(np.float64), dim)
+    kth[:50] = trusted_cosine[:50] * w[at[:50]]  # kth exactly on the bare bound
+    kth[50:100] = w[at[50:]] / weight_limit(1.0, trusted_cosine[50:100], dim)  # on the margin's limit
+    need = scan_needed(kth, trusted_cosine, -w.astype(np.float64), dim)
 
     def beats(i: int, t: int, nudge: float) -> bool:
         k_th = kth[i] + nudge * abs(kth[i])
-        return bool(unseen_can_beat(k_th, c_last[i], float(w[t]), float(w.min()), dim))
+        return bool(unseen_can_beat(k_th, trusted_cosine[i], float(w[t]), float(w.min()), dim))
 
     for i in range(kth.size):
         if need[i] < w.size:
@@ -304,22 +304,22 @@ def test_batch_heaps_keep_the_k_best_of_everything_offered_once_each():
     n = 60
     for trial in range(60):
         nq, k, depth = int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
-        cand = np.stack([rng.permutation(n)[:depth] for _ in range(nq)])
-        cand[rng.random(cand.shape) < 0.1] = -1  # pads
+        cand_pos = np.stack([rng.permutation(n)[:depth] for _ in range(nq)])
+        cand_pos[rng.random(cand_pos.shape) < 0.1] = -1  # pads
         w = rng.lognormal(0, 0.5, n).astype(np.float32)
         cos = rng.uniform(-1, 1, (nq, n)).astype(np.float32)
         exact = cos * w  # float32, as the heaps compute it
         nan_doc = int(rng.integers(n)) if trial % 3 == 0 else -1
-        offered = [{int(p) for p in cand[i] if p >= 0} for i in range(nq)]
-        cand_s = np.where(cand >= 0, np.take_along_axis(exact, np.maximum(cand, 0), 1), -np.inf)
+        offered = [{int(p) for p in cand_pos[i] if p >= 0} for i in range(nq)]
+        cand_s = np.where(cand_pos >= 0, np.take_along_axis(exact, np.maximum(cand_pos, 0), 1), -np.inf)
         top = np.argsort(-cand_s, axis=1)[:, :k]
         top_s = np.full((nq, k), -np.inf, dtype=np.float32)
         top_p = np.full((nq, k), -1, dtype=np.int64)
         top_s[:, : top.shape[1]] = np.take_along_axis(cand_s, top, 1)
         top_p[:, : top.shape[1]] = np.where(
-            np.isfinite(top_s[:, : top.shape[1]]), np.take_along_axis(cand, top, 1), -1
+            np.isfinite(top_s[:, : top.shape[1]]), np.take_along_axis(cand_pos, top, 1), -1
         )
-        heaps = BatchHeaps(top_s, top_p, cand)
+        heaps = BatchHeaps(top_s, top_p, cand_pos)
         for lo in range(0, n, 16):  # every candidate is met again in its block
             rows = np.sort(rng.choice(nq, int(rng.integers(1, nq + 1)), replace=False))
             docs = np.arange(lo, min(n, lo + 16))

@@ -440,16 +440,45 @@ def test_custom_weights_replace_norms(rng):
     w = rng.lognormal(0, 1, size=1000)
     index = NormIndex(8)
     index.add(x)
-    index.set_weights(w)
+    index.set_bases(w)
     q = rng.normal(size=(10, 8))
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ unit.T
     ref = cos * w**-0.8
     s, i = index.search(q, 10, alpha=-0.8)
     assert_same_topk(ref, np.arange(1000), s, i, 10)
-    index.clear_weights()
+    index.clear_bases()
     ref, ids = brute_force(x, q, -0.8)
     assert_same_topk(ref, ids, *index.search(q, 10, alpha=-0.8), 10)
+
+
+def test_weights_names_are_deprecated_aliases_of_bases(rng):
+    """The index side's old names (``weights`` / ``set_weights`` / ``clear_weights`` /
+    ``add(weights=)``) still work, each with a DeprecationWarning, and do what the new ones do."""
+    x = clustered(300, 8, rng)
+    b = rng.lognormal(0, 1, size=300).astype(np.float32)
+    new, old = NormIndex(8), NormIndex(8)
+    new.add(x[:200])
+    old.add(x[:200])
+    new.set_bases(b[:200])
+    with pytest.warns(DeprecationWarning, match="set_bases"):
+        old.set_weights(b[:200])
+    new.add(x[200:], bases=b[200:])
+    with pytest.warns(DeprecationWarning, match="bases="):
+        old.add(x[200:], weights=b[200:])
+    with pytest.warns(DeprecationWarning, match="NormIndex.bases"):
+        np.testing.assert_array_equal(old.weights, new.bases)
+    np.testing.assert_array_equal(new.bases, b)
+    q = rng.normal(size=(5, 8))
+    for got, want in zip(old.search(q, 10, alpha=0.7), new.search(q, 10, alpha=0.7), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(InvalidInputError, match="bases= only"):
+        new.add(x[:1], ids=[999], bases=b[:1], weights=b[:1])
+    new.clear_bases()
+    with pytest.warns(DeprecationWarning, match="clear_bases"):
+        old.clear_weights()
+    np.testing.assert_array_equal(old.bases, new.bases)
+    np.testing.assert_array_equal(new.bases, new.norms)
 
 
 def test_scoring_functions(rng):
@@ -497,7 +526,7 @@ def test_cli_build_and_search(tmp_path, rng):
 
 
 def _state(ix: NormIndex):
-    return ix.ids, ix.norms, ix.weights, len(ix)
+    return ix.ids, ix.norms, ix.bases, len(ix)
 
 
 def _unchanged(before, ix: NormIndex) -> bool:
@@ -508,11 +537,11 @@ def _unchanged(before, ix: NormIndex) -> bool:
     "call",
     [
         lambda ix: ix.add(np.array([[3e38, 3e38, 0, 0]], np.float32)),  # norm overflows float32
-        lambda ix: ix.add(np.ones((1, 4)), weights=[1e39]),
-        lambda ix: ix.set_weights([1e39] * len(ix)),
-        lambda ix: ix.set_weights([1e-50] * len(ix)),  # would be stored as 0: every score 0
-        lambda ix: ix.set_weights([[1.0], [2.0, 3.0], [1.0]]),
-        lambda ix: ix.set_weights(["a"] * len(ix)),
+        lambda ix: ix.add(np.ones((1, 4)), bases=[1e39]),
+        lambda ix: ix.set_bases([1e39] * len(ix)),
+        lambda ix: ix.set_bases([1e-50] * len(ix)),  # would be stored as 0: every score 0
+        lambda ix: ix.set_bases([[1.0], [2.0, 3.0], [1.0]]),
+        lambda ix: ix.set_bases(["a"] * len(ix)),
     ],
 )
 def test_values_float32_cannot_store_are_refused_and_change_nothing(call):

@@ -27,7 +27,7 @@ def _gen(d: Path) -> Path:
 def _assert_same(a: NormIndex, b: NormIndex, q: np.ndarray) -> None:
     assert np.array_equal(a.ids, b.ids)
     assert np.array_equal(a.norms, b.norms)
-    assert np.array_equal(a.weights, b.weights)
+    assert np.array_equal(a.bases, b.bases)
     assert (a.dim, a.alpha, a.k_factor, len(a)) == (b.dim, b.alpha, b.k_factor, len(b))
     for alpha in (-1.0, 0.0, 0.7):
         sa, ia = a.search(q, 7, alpha=alpha)
@@ -74,13 +74,13 @@ def test_custom_weights_round_trip(tmp_path):
     index = NormIndex(DIM, alpha=1.0)
     index.add(x)
     w = np.random.default_rng(4).uniform(0.5, 2.0, size=len(x))
-    index.set_weights(w)
+    index.set_bases(w)
     index.save(tmp_path / "ix")
     loaded = NormIndex.load(tmp_path / "ix")
-    assert np.allclose(loaded.weights, w.astype(np.float32))
+    assert np.allclose(loaded.bases, w.astype(np.float32))
     _assert_same(index, loaded, _data(5, seed=5))
-    loaded.clear_weights()
-    assert np.array_equal(loaded.weights, loaded.norms)
+    loaded.clear_bases()
+    assert np.array_equal(loaded.bases, loaded.norms)
 
 
 def test_empty_index_round_trip(tmp_path):
@@ -187,7 +187,7 @@ def test_what_is_accepted_at_float32_ends_saves_and_loads(tmp_path, factory):
         ix.train(rng.normal(size=(64, DIM)))
     ix.add(x)
     ix.remove([3])
-    ix.set_weights(np.array([np.finfo(np.float32).tiny, np.finfo(np.float32).max] + [1.0] * 9))
+    ix.set_bases(np.array([np.finfo(np.float32).tiny, np.finfo(np.float32).max] + [1.0] * 9))
     ix.save(tmp_path / "ix")
     loaded = NormIndex.load(tmp_path / "ix")
     q = rng.normal(size=(4, DIM))
@@ -355,7 +355,7 @@ def test_a_folder_in_the_format_1_layout_still_loads(factory, tmp_path):
         index.train(x)
     index.add(x, ids=np.arange(1000, 1000 + len(x)))
     index.remove([1003, 1100])  # HNSW: tombstones, in the data
-    index.set_weights(np.linspace(0.5, 2.0, len(index)))
+    index.set_bases(np.linspace(0.5, 2.0, len(index)))
     index.save(tmp_path / "ix")
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
     (tmp_path / "ix" / "manifest.json").write_text(json.dumps(_v1_manifest(m)))

@@ -135,7 +135,7 @@ def test_custom_weights_and_removal_match_normindex(uri, table):
     w = np.random.default_rng(5).lognormal(0, 0.5, 800).astype(np.float32)
     ref, idx = exact_ref(x), PgVectorNormIndex(uri, table, 16)
     idx.add(x)
-    ref.set_weights(w)
+    ref.set_bases(w)
     idx.set_weights(w)
     np.testing.assert_array_equal(idx.weights, w)
     gone = np.arange(0, 800, 7)
@@ -148,7 +148,7 @@ def test_custom_weights_and_removal_match_normindex(uri, table):
     np.testing.assert_allclose(idx.norm_of([1, 2]), ref.norm_of([1, 2]))
     np.testing.assert_allclose(idx.reconstruct(3), x[3], rtol=1e-5, atol=1e-6)
     idx.clear_weights()
-    ref.clear_weights()
+    ref.clear_bases()
     assert_same_topk(ref.search(q, 10, alpha=-1.0), idx.search(q, 10, alpha=-1.0))
 
 
@@ -689,7 +689,7 @@ def test_a_format_1_table_gets_the_generation_trigger_when_reopened(uri, table):
     reads = again._copy.reads
     rows_of(uri, f"UPDATE {table} SET weight = 0.001 WHERE id = 11")  # plain SQL: bumps the generation
     ref = exact_ref(x)
-    ref.set_weights(np.where(np.arange(500) == 11, 0.001, np.linalg.norm(x, axis=1)).astype(np.float32))
+    ref.set_bases(np.where(np.arange(500) == 11, 0.001, np.linalg.norm(x, axis=1)).astype(np.float32))
     assert_same_topk(ref.search(q, 10, alpha=-1.0), again.search(q, 10, alpha=-1.0))
     assert again._copy.reads == reads + 1
 

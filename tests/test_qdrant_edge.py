@@ -285,7 +285,7 @@ def test_reopen_after_close_returns_points_norms_and_weights(tmp_path):
     third = QdrantEdgeNormIndex(tmp_path / "p", exact=True)
     ref = NormIndex(12)
     ref.add(x[keep], keep)
-    ref.set_weights(w, keep)
+    ref.set_bases(w, keep)
     assert_same_top(*third.search(q, 10, alpha=1.0), *ref.search(q, 10, alpha=1.0))
     third.clear_weights()
     assert_same_top(*third.search(q, 10, alpha=1.0), *exact_search(x[keep], keep, q, 1.0))
@@ -553,7 +553,7 @@ def test_set_weights_runs_the_core_weight_check(small, bad):
     ref = NormIndex(8)
     ref.add(x)
     with pytest.raises(InvalidInputError):
-        ref.set_weights(w)
+        ref.set_bases(w)
     before = ei.search(q, 5, alpha=-1.0)
     with pytest.raises(InvalidInputError):
         ei.set_weights(w)
@@ -590,7 +590,7 @@ def test_clear_weights_clears_every_weight_and_the_shard_reopens(tmp_path):
 def _weighted_ref(x, ids, w, q, alpha):
     ref = NormIndex(x.shape[1])
     ref.add(x, ids)
-    ref.set_weights(w, ids)
+    ref.set_bases(w, ids)
     return ref.search(q, 10, alpha=alpha)
 
 

@@ -73,7 +73,7 @@ def test_exact_against_the_codes_reconstructions(monkeypatch, factory, alpha):
     prefix = sum(o._prefix.nbytes for o in idx._cache.orders.values() if o._prefix is not None)
     assert prefix <= SCAN_PREFIX_BYTES
     # the single queries' int8 codes of the scan's first rows: within their own fixed budget
-    codes = sum(o._codes.nbytes for o in idx._cache.orders.values() if o._codes is not None)
+    codes = sum(o._scan_codes.nbytes for o in idx._cache.orders.values() if o._scan_codes is not None)
     assert 0 < codes <= SCAN_CODES_BYTES + 24 * (SCAN_CODES_BYTES // D // CHUNK + 2)
     prefix += codes
     rows = idx._cache.rows.nbytes

@@ -126,8 +126,8 @@ def test_single_queries_with_codes_match_reading_rows(monkeypatch, factory, alph
         np.testing.assert_array_equal(i1, i2)
         np.testing.assert_array_equal(s1, s2)
     orders = with_codes._cache.orders.values()
-    assert any(o._codes is not None and o._codes.rows for o in orders)
-    assert all(o._codes is None or o._codes.rows <= 2 * CHUNK for o in orders)  # its budget
+    assert any(o._scan_codes is not None and o._scan_codes.rows for o in orders)
+    assert all(o._scan_codes is None or o._scan_codes.rows <= 2 * CHUNK for o in orders)  # its budget
 
 
 def test_crowded_chunks_and_negative_scores_read_rows(monkeypatch):
@@ -195,7 +195,7 @@ def test_long_scans_read_codes_at_the_default_threshold(monkeypatch):
         np.testing.assert_array_equal(s1, s2)
         scanned.append(stats.scanned)
     assert max(scanned) >= scan_codes.MIN_ROWS
-    assert with_codes._cache.orders[1]._codes.rows >= scan_codes.MIN_ROWS
+    assert with_codes._cache.orders[1]._scan_codes.rows >= scan_codes.MIN_ROWS
 
 
 def test_a_chunk_with_a_non_finite_row_is_read_as_rows():

@@ -1,9 +1,9 @@
 """The documents beside a NormIndex's FAISS index: ids in storage order, raw norms, optional
-custom weights, id -> position, tombstones and the next default id. Every check that an id
+custom bases, id -> position, tombstones and the next default id. Every check that an id
 exists or is free lives here, so that ``add`` / ``remove`` / ``norm_of`` agree.
 
 Per document: the norm (float32); the id (int64) unless the ids are ``0 .. n - 1`` in order, the
-default (:class:`~normrank.search.doc_ids.DocIds`); custom weights (float32) when set; and
+default (:class:`~normrank.search.doc_ids.DocIds`); custom bases (float32) when set; and
 id -> position as an :class:`~normrank.search.id_lookup.IdLookup` (nothing for ids ``0 .. n - 1`` in
 order, else 4 to 12 bytes), built at first use and dropped by any change. A position is the
 document's place in storage order: the id map's order (flat, HNSW; FAISS's ``IndexIDMap``
@@ -27,12 +27,12 @@ class DocTable:
     """Arrays are replaced on change, never written in place, so a reader holding the old ones
     sees one consistent state."""
 
-    __slots__ = ("_lookup", "doc_ids", "next_id", "norms", "tombstones", "weights")
+    __slots__ = ("_lookup", "custom_bases", "doc_ids", "next_id", "norms", "tombstones")
 
-    def __init__(self, ids, norms, weights, tombstones, next_id: int) -> None:
+    def __init__(self, ids, norms, custom_bases, tombstones, next_id: int) -> None:
         self.doc_ids = ids if isinstance(ids, DocIds) else DocIds.of(ids)
         self.norms = np.asarray(norms, dtype=np.float32)
-        self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
+        self.custom_bases = None if custom_bases is None else np.asarray(custom_bases, dtype=np.float32)
         self._lookup: tuple[DocIds, IdLookup] | None = None  # (the ids it was built from, it)
         self.tombstones: set[int] = set(np.asarray(tombstones).tolist())  # removed, kept (HNSW)
         top = self.doc_ids.size if self.doc_ids.identity else int(self.doc_ids.array().max(initial=-1)) + 1
@@ -49,8 +49,8 @@ class DocTable:
 
     @property
     def base(self) -> np.ndarray:
-        """What alpha exponentiates: the custom weights, else the norms."""
-        return self.norms if self.weights is None else self.weights
+        """What alpha exponentiates: the custom bases, else the norms."""
+        return self.norms if self.custom_bases is None else self.custom_bases
 
     def lookup(self) -> IdLookup:
         """id -> position (-1: absent), for these ids.
@@ -81,9 +81,9 @@ class DocTable:
             raise InvalidInputError("default ids would pass 2**63 - 2: pass ids= explicitly")
         return np.arange(self.next_id, self.next_id + n, dtype=np.int64)
 
-    def check_new(self, new_ids: np.ndarray, weights: np.ndarray | None) -> None:
+    def check_new(self, new_ids: np.ndarray, bases: np.ndarray | None) -> None:
         """Refuse ids in use (or removed from an index that keeps their vectors), and rows
-        without weights where custom weights are set."""
+        without bases where custom bases are set."""
         new_ids = np.asarray(new_ids, dtype=np.int64)
         present = [int(i) for i in new_ids[self.lookup()(new_ids) >= 0][:10]]
         if present:
@@ -98,21 +98,21 @@ class DocTable:
                     f"{[int(i) for i in kept[:10]]}; such an id stays reserved: add under a new id, "
                     "or rebuild the index (NormIndex.from_state / a new index) to reuse it"
                 )
-        if self.weights is not None and weights is None and new_ids.size:
-            raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
+        if self.custom_bases is not None and bases is None and new_ids.size:
+            raise InvalidInputError("this index has custom bases: pass bases= for the new rows")
 
     # append and drop compute the new table first and swap it in with one assignment (no call
     # between its stores, so no interrupt lands among them): the table is the old one or the new.
 
-    def append(self, new_ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None) -> None:
+    def append(self, new_ids: np.ndarray, norms: np.ndarray, bases: np.ndarray | None) -> None:
         doc_ids = self.doc_ids.appended(new_ids)
         all_norms = np.concatenate([self.norms, norms])
-        all_weights = self.weights
-        if all_weights is not None:
-            all_weights = np.concatenate([all_weights, weights if weights is not None else norms])
+        all_bases = self.custom_bases
+        if all_bases is not None:
+            all_bases = np.concatenate([all_bases, bases if bases is not None else norms])
         next_id = max(self.next_id, int(new_ids.max()) + 1)
-        self.doc_ids, self.norms, self.weights, self.next_id, self._lookup = (
-            doc_ids, all_norms, all_weights, next_id, None
+        self.doc_ids, self.norms, self.custom_bases, self.next_id, self._lookup = (
+            doc_ids, all_norms, all_bases, next_id, None
         )  # fmt: skip
 
     def drop(self, ids: np.ndarray, *, tombstone: bool) -> None:
@@ -120,9 +120,9 @@ class DocTable:
         tombstones = self.tombstones | set(ids.tolist()) if tombstone else self.tombstones
         keep = ~np.isin(self.ids, ids)
         doc_ids, norms = self.doc_ids.kept(keep), self.norms[keep]
-        weights = None if self.weights is None else self.weights[keep]
-        self.doc_ids, self.norms, self.weights, self.tombstones, self._lookup = (
-            doc_ids, norms, weights, tombstones, None
+        bases = None if self.custom_bases is None else self.custom_bases[keep]
+        self.doc_ids, self.norms, self.custom_bases, self.tombstones, self._lookup = (
+            doc_ids, norms, bases, tombstones, None
         )  # fmt: skip
 
     def tombstone_array(self) -> np.ndarray:

@@ -5,6 +5,7 @@ Specificity in Contrastive Embedding Norms", §4.3, §5.3)."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -107,7 +108,7 @@ class NormIndex(SearchKnobs):
         with self._lock:
             docs = self._docs
             return IndexState(
-                self._index, docs.ids, docs.norms, docs.weights, docs.tombstone_array(), docs.next_id,
+                self._index, docs.ids, docs.norms, docs.custom_bases, docs.tombstone_array(), docs.next_id,
                 self.alpha, self.k_factor, self.factory, self.ann, self.n_tail, self.max_depth,
             )  # fmt: skip
 
@@ -199,10 +200,17 @@ class NormIndex(SearchKnobs):
             return self._docs.norms.copy()
 
     @property
-    def weights(self) -> np.ndarray:
-        """The per-document values that ``alpha`` exponentiates: the norms unless set otherwise."""
+    def bases(self) -> np.ndarray:
+        """The per-document **bases** that ``alpha`` exponentiates (a search's weight is
+        ``base**alpha``): the norms unless set by :meth:`set_bases` (a copy)."""
         with self._lock:
             return self._docs.base.copy()
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Deprecated: :attr:`bases` (the values before the power, not the weights ``base**alpha``)."""
+        _deprecated("NormIndex.weights", "NormIndex.bases")
+        return self.bases
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
         """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
@@ -230,18 +238,28 @@ class NormIndex(SearchKnobs):
                 raise IndexStateError(f"FAISS could not train the index: {e}") from e
 
     def add(
-        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+        self,
+        x: ArrayLike,
+        ids: ArrayLike | None = None,
+        *,
+        bases: ArrayLike | None = None,
+        weights: ArrayLike | None = None,
     ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids.
 
         ``ids`` default to consecutive integers after the largest id so far. An id already in
-        the index raises :class:`DuplicateIdError` (remove it first). When custom weights were
-        set with :meth:`set_weights`, ``weights`` for the new rows are required.
-        Nothing is added unless the whole batch is valid.
+        the index raises :class:`DuplicateIdError` (remove it first). When custom bases were
+        set with :meth:`set_bases`, ``bases`` for the new rows are required (``weights``: its
+        deprecated name). Nothing is added unless the whole batch is valid.
         """
+        if weights is not None:
+            if bases is not None:
+                raise InvalidInputError("pass bases= only (weights= is its deprecated name)")
+            _deprecated("NormIndex.add(weights=)", "NormIndex.add(bases=)")
+            bases = weights
         unit, norms = check.unit_and_norms(x, self.dim)
         n = unit.shape[0]
-        w = None if weights is None else check.as_weights(weights, n)
+        w = None if bases is None else check.as_weights(bases, n)
         with self._lock:
             new_ids = self._docs.default_ids(n) if ids is None else check.as_ids(ids, n)
             self._docs.check_new(new_ids, w)
@@ -303,28 +321,39 @@ class NormIndex(SearchKnobs):
             self._install(replace(self.to_state(), ids=empty.ids, norms=empty.norms, weights=None,
                                   tombstones=empty.tombstones, next_id=0))  # fmt: skip
 
-    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Score by ``cos * w**alpha`` with your own per-document ``w`` (e.g. the probe's heat).
+    def set_bases(self, bases: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Score by ``cos * base**alpha`` with your own per-document ``base`` instead of the norm
+        (e.g. the probe's heat).
 
-        ``weights`` align with ``ids`` (default: :attr:`ids` order) and must cover every document.
+        ``bases`` align with ``ids`` (default: :attr:`ids` order) and must cover every document.
         """
         with self._lock:
             if ids is None:
-                w = check.as_weights(weights, self.ntotal)
+                b = check.as_weights(bases, self.ntotal)
             else:
                 arr = check.as_ids(ids)
                 if arr.size != self.ntotal:
-                    raise InvalidInputError(f"weights must cover all {self.ntotal} documents, got {arr.size}")
-                w = np.empty(self.ntotal, dtype=np.float32)
-                w[self._docs.positions(arr)] = check.as_weights(weights, arr.size)
-            self._docs.weights = w
+                    raise InvalidInputError(f"bases must cover all {self.ntotal} documents, got {arr.size}")
+                b = np.empty(self.ntotal, dtype=np.float32)
+                b[self._docs.positions(arr)] = check.as_weights(bases, arr.size)
+            self._docs.custom_bases = b
             self._changed()
 
-    def clear_weights(self) -> None:
+    def clear_bases(self) -> None:
         """Score by the norms again."""
         with self._lock:
-            self._docs.weights = None
+            self._docs.custom_bases = None
             self._changed()
+
+    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Deprecated: :meth:`set_bases` (the values before the power, not the weights ``base**alpha``)."""
+        _deprecated("NormIndex.set_weights", "NormIndex.set_bases")
+        self.set_bases(weights, ids)
+
+    def clear_weights(self) -> None:
+        """Deprecated: :meth:`clear_bases`."""
+        _deprecated("NormIndex.clear_weights", "NormIndex.clear_bases")
+        self.clear_bases()
 
     def _changed(self) -> None:
         self._cache = SearchCache(self._cache_budget)
@@ -476,6 +505,11 @@ class NormIndex(SearchKnobs):
         """Load a directory written by :meth:`save`, verifying sizes, checksums and contents;
         :class:`~normrank.errors.CorruptIndexError` for a corrupt or tampered directory."""
         return cls.from_state(load_state(path))  # load_state ran check_state: nothing left to refuse
+
+
+def _deprecated(old: str, new: str) -> None:
+    # stacklevel 3: the warning points at the user's call, not at this module
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 def _checked_device(device: str | None) -> str | None:

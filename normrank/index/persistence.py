@@ -9,7 +9,7 @@ A saved index is a directory::
     gen-<id>/index.faiss   the FAISS index over unit vectors, in FAISS's own format
     gen-<id>/ids.npy       int64 ids
     gen-<id>/norms.npy     float32 raw norms
-    gen-<id>/weights.npy   float32 custom weights (only when set)
+    gen-<id>/weights.npy   float32 custom bases, NormIndex.set_bases (only when set)
     gen-<id>/tombstones.npy int64 ids removed from an index that cannot delete (HNSW)
 
 Saving writes a new generation folder, fsyncs it, then replaces ``manifest.json`` with one

@@ -37,7 +37,8 @@ class IndexState:
             hash-table direct map) load and search as they are.
         ids: int64 ``(n,)`` live ids in storage order.
         norms: float32 ``(n,)`` raw norms aligned with ``ids``.
-        weights: float32 ``(n,)`` custom weights (``set_weights``), or None to score by norms.
+        weights: float32 ``(n,)`` custom bases (``NormIndex.set_bases``; saved as ``weights.npy``), or
+            None to score by norms.
         tombstones: int64 ids removed from an index that cannot delete (HNSW): their vectors
             stay in ``faiss_index`` and searches skip them.
         next_id: the first default id of the next ``add`` (never a removed id).

@@ -13,12 +13,12 @@ with the bands scanned exactly and their size chosen per query). The depths are 
 * Fetch the top ``depth`` by cosine from the index and re-score ``cos * w`` exactly.
 * Scan the documents in decreasing weight order (the lowest norms when ``alpha < 0``, the highest
   when ``alpha > 0``), reading their rows where FAISS keeps them (:mod:`normrank.search.rows`).
-  After ``t`` of them, a document seen neither way has cosine ``<= c_T`` (the cosine at the
-  trusted rank) and weight ``<= w_(t)``, so it scores at most ``c_T * w_(t)`` (``c_T * w_min``
-  when ``c_T < 0``), up to float rounding. Once :func:`normrank.search.bound.unseen_can_beat`
-  says nothing unseen can beat the k-th score the query stops; at worst every document is
-  scanned (exact).
-* A single query reads the first rows of the scan as int8 codes
+  After ``t`` of them, a document seen neither way has cosine ``<= trusted_cosine`` (the cosine
+  at the trusted rank) and weight ``<= w_(t)``, so it scores at most ``trusted_cosine * w_(t)``
+  (``trusted_cosine * w_min`` when it is < 0), up to float rounding. Once
+  :func:`normrank.search.bound.unseen_can_beat` says nothing unseen can beat the k-th score the
+  query stops; at worst every document is scanned (exact).
+* A single query reads the first rows of the scan as int8 scan codes
   (:mod:`normrank.search.scan_codes`): a quarter of the bytes, and the rows of only the few
   documents whose codes, with their error bound, could beat the k-th score; the same results.
 * How far to scan is read off the bound (:meth:`normrank.search.weight_order.WeightOrder.need`, a binary search). A single
@@ -27,7 +27,7 @@ with the bands scanned exactly and their size chosen per query). The depths are 
   needs (one BLAS product per segment for the queries still scanning, FAISS's heaps).
 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
-as any re-ranking of ANN output must. On compressed codes (PQ, SQ) every cosine is the codes'
+as any re-ranking of ANN output must. On FAISS codes (PQ, SQ) every cosine is the codes'
 own estimate (FAISS's search ranks by the same), so the result is exact with respect to those.
 """
 
@@ -121,8 +121,8 @@ def adaptive_search(
     stats = stats if stats is not None else SearchStats()
     if plan.method == "cosine":
         return _cosine(index, unit_q, plan, lookup, stats)
-    cos, cand = _search(index, unit_q, plan.depth, plan.ef)
-    return rerank(cos, cand, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
+    cos, cand_ids = _search(index, unit_q, plan.depth, plan.ef)
+    return rerank(cos, cand_ids, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
                   weight_range=weight_range)  # fmt: skip
 
 
@@ -133,23 +133,23 @@ def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStat
     stats.path = plan.method
     while True:
         stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
-        cos, cand = _search(index, unit_q, fetch, plan.ef)
-        pos = lookup(cand)
+        cos, cand_ids = _search(index, unit_q, fetch, plan.ef)
+        pos = lookup(cand_ids)
         stats.certified = np.ones(unit_q.shape[0], dtype=bool)  # the index's own ranking of its candidates
         if (pos >= 0).all():
             return cos[:, :k], pos[:, :k]
-        if not ((pos < 0) & (cand >= 0)).any():
+        if not ((pos < 0) & (cand_ids >= 0)).any():
             return np.where(pos >= 0, cos, -np.inf).astype(np.float32)[:, :k], pos[:, :k]
         # Removed documents took places: drop them, fetch deeper to refill.
         s, p = _select(np.where(pos >= 0, cos, -np.inf).astype(np.float32), pos, k)
-        if (p[:, -1] >= 0).all() or (cand[:, -1] < 0).any() or fetch >= index.ntotal:
+        if (p[:, -1] >= 0).all() or (cand_ids[:, -1] < 0).any() or fetch >= index.ntotal:
             return s, p
         fetch = min(2 * fetch, index.ntotal)
 
 
 def rerank(
     cos: np.ndarray,
-    cand: np.ndarray,
+    cand_ids: np.ndarray,
     unit_q: np.ndarray,
     plan: SearchPlan,
     *,
@@ -160,7 +160,7 @@ def rerank(
     weight_range: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stage of :func:`adaptive_search` after the index search, for any source of cosine
-    candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand`` ``(nq,
+    candidates (the FAISS index, or PostgreSQL's HNSW index): ``cos`` / ``cand_ids`` ``(nq,
     depth)`` are the best cosines per query and their ids (padded with ids ``-1``), re-scored;
     ``plan.method == "scan"`` then scans ``order`` from the plan's first chunk, trusting the
     plan's rank (the depth is ``cos.shape[1]``: fewer where the source returned fewer, and the
@@ -172,14 +172,14 @@ def rerank(
     scan = order if plan.method == "scan" else None
     if unit_q.shape[0] == 1 and depth >= k:
         got = _rerank_one(
-            cos[0], cand[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
+            cos[0], cand_ids[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
         )
         if got is not None:
             if scan is None:  # (a scan records its own certificate)
                 stats.certified = _bound_held(
                     got[0][None, -1],
                     cos,
-                    cand,
+                    cand_ids,
                     plan,
                     weights=weights,
                     w_range=weight_range,
@@ -187,7 +187,7 @@ def rerank(
                     dim=unit_q.shape[1],
                 )
             return got[0][None], got[1][None]
-    pos = lookup(cand)
+    pos = lookup(cand_ids)
     valid = pos >= 0
     safe = np.maximum(pos, 0)
     # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
@@ -197,7 +197,7 @@ def rerank(
         stats.certified = _bound_held(
             top_s[:, -1],
             cos,
-            cand,
+            cand_ids,
             plan,
             weights=weights,
             w_range=weight_range,
@@ -206,16 +206,16 @@ def rerank(
         )
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
-    c_last = cos[:, trust - 1].astype(np.float64)
-    exhausted = cand[:, -1] < 0  # the index had fewer than `depth` candidates to give
+    trusted_cosine = cos[:, trust - 1].astype(np.float64)
+    exhausted = cand_ids[:, -1] < 0  # the index had fewer than `depth` candidates to give
     # A trusted rank the index left empty bounds nothing, unless every document was returned.
-    provable = (cand[:, trust - 1] >= 0) | (valid.sum(axis=1) >= weights.size)
+    provable = (cand_ids[:, trust - 1] >= 0) | (valid.sum(axis=1) >= weights.size)
     if unit_q.shape[0] == 1:
         if exhausted[0]:  # nothing scanned: the bound on the candidates alone
             stats.certified = _bound_held(
                 top_s[:, -1],
                 cos,
-                cand,
+                cand_ids,
                 plan,
                 weights=weights,
                 w_range=(scan.w_min(weights), scan.w_max(weights)),
@@ -223,17 +223,17 @@ def rerank(
                 dim=unit_q.shape[1],
             )
             return top_s, top_p
-        s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(c_last[0]),
+        s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(trusted_cosine[0]),
                          weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
         stats.certified = stats.certified & provable
         return s[None], p[None]
-    got = _scan_batch(unit_q, (top_s, top_p, pos), c_last, exhausted,
+    got = _scan_batch(unit_q, (top_s, top_p, pos), trusted_cosine, exhausted,
                       weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip
     stats.certified = stats.certified & provable
     return got
 
 
-def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, w_range, n_seen, dim: int) -> np.ndarray:
+def _bound_held(kth, cos, cand_ids, plan: SearchPlan, *, weights, w_range, n_seen, dim: int) -> np.ndarray:
     """Per query, whether the bound (:func:`~normrank.search.bound.unseen_can_beat`) held on the
     candidates alone: no unseen document, of cosine at most the trusted one and weight within
     the weights' range, can beat ``kth``; at a trusted rank the index left empty, only when it
@@ -243,17 +243,17 @@ def _bound_held(kth, cos, cand, plan: SearchPlan, *, weights, w_range, n_seen, d
     if not depth or not weights.size:
         return np.asarray(n_seen) >= weights.size
     trust = min(depth, max(plan.k, plan.trust))
-    c_trust = cos[:, trust - 1].astype(np.float64)
+    trusted_cosine = cos[:, trust - 1].astype(np.float64)
     w_min, w_max = w_range if w_range is not None else (float(weights.min()), float(weights.max()))
-    held = ~unseen_can_beat(np.asarray(kth, dtype=np.float64), c_trust, w_max, w_min, dim)
-    return (held & (cand[:, trust - 1] >= 0)) | (np.asarray(n_seen) >= weights.size)
+    held = ~unseen_can_beat(np.asarray(kth, dtype=np.float64), trusted_cosine, w_max, w_min, dim)
+    return (held & (cand_ids[:, trust - 1] >= 0)) | (np.asarray(n_seen) >= weights.size)
 
 
-def _rerank_one(cos, cand, q, plan: SearchPlan, *, weights, lookup, order, stats):
+def _rerank_one(cos, cand_ids, q, plan: SearchPlan, *, weights, lookup, order, stats):
     """:func:`rerank` of one query whose candidates are all live documents, on 1-D arrays and
     scalars (numpy's fixed cost per call is most of what a single query adds); None for
     anything else (pads, tombstones, non-finite scores): the general path decides."""
-    pos = lookup(cand)
+    pos = lookup(cand_ids)
     if pos.min() < 0:
         return None
     rescored = cos * weights[pos]
@@ -263,33 +263,35 @@ def _rerank_one(cos, cand, q, plan: SearchPlan, *, weights, lookup, order, stats
         return None
     if order is None:
         return s, p
-    c_last = float(cos[min(cos.size, max(plan.k, plan.trust)) - 1])
-    return _scan_one(q, (s, p), pos, c_last, weights=weights, order=order, band=plan.band, stats=stats)
+    trusted_cosine = float(cos[min(cos.size, max(plan.k, plan.trust)) - 1])
+    return _scan_one(
+        q, (s, p), pos, trusted_cosine, weights=weights, order=order, band=plan.band, stats=stats
+    )
 
 
-def _scan_one(q, top, seen, c_last, *, weights, order, band, stats):
+def _scan_one(q, top, seen_pos, trusted_cosine, *, weights, order, band, stats):
     """One query's weight-order scan (the latency case): blocks of documents whose scores beat
-    the k-th (:meth:`WeightOrder.above`: through the codes, or FAISS's inner products straight
-    from the rows), merged into ``top = (scores, positions)`` (best first)."""
+    the k-th (:meth:`WeightOrder.above`: through the scan codes, or FAISS's inner products
+    straight from the rows), merged into ``top = (scores, positions)`` (best first)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
-    seen = np.sort(seen)  # re-scored candidates: met again in the scan, they count once
-    codes = [None]  # the query's codes, made at its first block (many scans read none)
+    seen_pos = np.sort(seen_pos)  # re-scored candidates: met again in the scan, they count once
+    query_codes = [None]  # the query's scan codes, made at its first block (many scans read none)
     try:
-        return _scan_one_loop(q, top, seen, c_last, weights=weights, order=order, band=band,
-                              stats=stats, codes=codes)  # fmt: skip
+        return _scan_one_loop(q, top, seen_pos, trusted_cosine, weights=weights, order=order, band=band,
+                              stats=stats, query_codes=query_codes)  # fmt: skip
     finally:
-        if codes[0] is not None:
-            codes[0].close()
+        if query_codes[0] is not None:
+            query_codes[0].close()
 
 
-def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
+def _scan_one_loop(q, top, seen_pos, trusted_cosine, *, weights, order, band, stats, query_codes):
     s, p = top
     k = s.size
-    n = order.order.size
+    n = order.positions.size
     scanned = 0
     while True:
         kth = float(s[-1])
-        need = order.need_one(weights, kth, c_last, q.size)
+        need = order.need_one(weights, kth, trusted_cosine, q.size)
         if not scanned:  # the certificate: the bound held before any row was read
             stats.certified = np.array([need <= 0])
         if need <= scanned:
@@ -298,14 +300,14 @@ def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
         lo = scanned
         while lo < stop:
             hi = min(stop, lo + _ONE_BLOCK)
-            if codes[0] is None and hi - lo >= MIN_ROWS:
-                codes[0] = order.query_codes(q)
-            query = codes[0] if hi - lo >= MIN_ROWS else None
+            if query_codes[0] is None and hi - lo >= MIN_ROWS:
+                query_codes[0] = order.query_codes(q)
+            query = query_codes[0] if hi - lo >= MIN_ROWS else None
             ranks, beat = order.above(q, query, (lo, hi), weights=weights, kth=kth)
-            at = order.order[ranks]
-            if at.size and seen.size:
-                hit = np.minimum(seen.searchsorted(at), seen.size - 1)
-                fresh = seen[hit] != at
+            at = order.positions[ranks]
+            if at.size and seen_pos.size:
+                hit = np.minimum(seen_pos.searchsorted(at), seen_pos.size - 1)
+                fresh = seen_pos[hit] != at
                 at, beat = at[fresh], beat[fresh]
             if at.size:
                 merged_s = np.concatenate([s, beat])
@@ -315,24 +317,24 @@ def _scan_one_loop(q, top, seen, c_last, *, weights, order, band, stats, codes):
                 kth = float(s[-1])
                 # A higher k-th score needs a shorter scan: stop where the bound now holds
                 # rather than where it held before this block (at 1M, HNSW32: 100x fewer rows).
-                stop = min(stop, max(hi, order.need_one(weights, kth, c_last, q.size)))
+                stop = min(stop, max(hi, order.need_one(weights, kth, trusted_cosine, q.size)))
             lo = hi
         scanned = stop
         stats.rounds += 1
         stats.scanned = max(stats.scanned, scanned)
 
 
-def _scan_batch(unit_q, top, c_last, exhausted, *, weights, order, band, stats):
+def _scan_batch(unit_q, top, trusted_cosine, exhausted, *, weights, order, band, stats):
     """A batch's weight-order scan: chunks doubling, one BLAS product per segment. ``top``:
     ``(scores, positions, candidate positions)`` of the re-scored candidates."""
     top_s, top_p, pos = top
     k = top_s.shape[1]
-    n = order.order.size
+    n = order.positions.size
     heaps = BatchHeaps(top_s, top_p, pos)
     active = np.arange(unit_q.shape[0])
     scanned = 0
     while True:
-        need = order.need(weights, heaps.kth(active), c_last[active], unit_q.shape[1])
+        need = order.need(weights, heaps.kth(active), trusted_cosine[active], unit_q.shape[1])
         if not scanned:  # the certificates: the bound held before any row was read
             stats.certified = need <= 0
         done = (need <= scanned) | exhausted[active]
@@ -354,7 +356,7 @@ def _scan_batch(unit_q, top, c_last, exhausted, *, weights, order, band, stats):
         lo = scanned
         for hi in np.unique(ends):
             m = int(np.searchsorted(-ends, -hi, side="right"))  # queries scanning to hi or past
-            at = order.order[lo:hi]
+            at = order.positions[lo:hi]
             vecs = np.ascontiguousarray(order.block(lo, int(hi)), dtype=np.float32)
             # A few queries: FAISS's SIMD row kernel beats a BLAS matrix-vector product.
             cos_block = inner_products_small(q[:m], vecs) if m < SMALL_NQ else inner_products(q[:m], vecs)

@@ -11,9 +11,9 @@ __all__ = ["BatchHeaps"]
 
 class BatchHeaps:
     """One FAISS min-heap of the ``k`` best per query of a batch, kept across the scan's blocks;
-    ``cand``: each query's re-scored candidates (positions), skipped when met again."""
+    ``cand_pos``: each query's re-scored candidates (positions), skipped when met again."""
 
-    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand: np.ndarray) -> None:
+    def __init__(self, top_s: np.ndarray, top_p: np.ndarray, cand_pos: np.ndarray) -> None:
         nq, k = top_s.shape
         self.vals = np.empty((nq, k), dtype=np.float32)
         self.ids = np.empty((nq, k), dtype=np.int64)
@@ -23,9 +23,9 @@ class BatchHeaps:
         heap.addn_with_ids(k, faiss.swig_ptr(top_s), faiss.swig_ptr(np.ascontiguousarray(top_p)), k, 0, nq)
         # (query, candidate position) pairs as sorted keys: a scanned document met again is
         # found by one binary search.
-        self._span = int(cand.max(initial=-1)) + 1
-        keys = np.arange(nq, dtype=np.int64)[:, None] * self._span + cand
-        self._cand_keys = np.sort(keys[cand >= 0])
+        self._span = int(cand_pos.max(initial=-1)) + 1
+        keys = np.arange(nq, dtype=np.int64)[:, None] * self._span + cand_pos
+        self._cand_keys = np.sort(keys[cand_pos >= 0])
 
     @staticmethod
     def _heap(vals: np.ndarray, ids: np.ndarray) -> faiss.float_minheap_array_t:

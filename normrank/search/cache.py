@@ -1,5 +1,5 @@
 """What searches derive from one state of a :class:`~normrank.NormIndex`: owned by the index,
-built lazily, dropped whole by any change (add, remove, set_weights), so nothing here is ever
+built lazily, dropped whole by any change (add, remove, set_bases), so nothing here is ever
 stale. Per document it holds one int32 (the weight order), the id -> position table where ids
 are not ``0 .. n - 1`` in order, where the rows are where storage positions are not document
 positions (an IVF: one int64 in its row reader's direct map, IVF-Flat / SQ / PQ, else one
@@ -7,7 +7,7 @@ int32; an HNSW
 after a removal: one int32) and, bounded by
 :data:`~normrank.settings.SEARCH_CACHE_BYTES`, one float32 per cached alpha; of the vectors only
 the scan's first rows, within :data:`~normrank.settings.SCAN_PREFIX_BYTES` whatever the size
-of the index, and their int8 codes for single queries, within
+of the index, and their int8 scan codes for single queries, within
 :data:`~normrank.settings.SCAN_CODES_BYTES`. ``nbytes`` counts all of it.
 
 Those three caps are caps: an index's own budget (:func:`cache_budget`) is
@@ -85,8 +85,8 @@ class SearchCache:
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
-            first rows scanned, at most the budget's ``prefix / 2`` each, and their int8 codes,
-            at most ``codes / 2`` each).
+            first rows scanned, at most the budget's ``prefix / 2`` each, and their int8 scan
+            codes, at most ``codes / 2`` each).
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan (and ``reconstruct``) reads document rows
             (:mod:`normrank.search.rows`), set at the state's first ANN search or reconstruct.

@@ -35,17 +35,17 @@ class IdLookup:
             self._order = np.argsort(ids, kind="stable").astype(small)
             self._sorted = ids[self._order]
 
-    def __call__(self, cand: np.ndarray) -> np.ndarray:
-        cand = np.asarray(cand, dtype=np.int64)
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
         if self.identity:
-            return np.where((cand >= 0) & (cand < self.n), cand, -1)
+            return np.where((ids >= 0) & (ids < self.n), ids, -1)
         if self._dense is not None:
-            return self._dense.take(cand + 1, mode="clip").astype(np.int64)
-        out = np.full(cand.shape, -1, dtype=np.int64)
+            return self._dense.take(ids + 1, mode="clip").astype(np.int64)
+        out = np.full(ids.shape, -1, dtype=np.int64)
         if not self.n:
             return out
-        at = np.minimum(np.searchsorted(self._sorted, cand), self.n - 1)
-        hit = (self._sorted[at] == cand) & (cand >= 0)
+        at = np.minimum(np.searchsorted(self._sorted, ids), self.n - 1)
+        hit = (self._sorted[at] == ids) & (ids >= 0)
         out[hit] = self._order[at[hit]]
         return out
 

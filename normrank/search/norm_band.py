@@ -82,16 +82,16 @@ def search_depths(
     return plan.depth, plan.trust
 
 
-def band_edge(kth: float, c_last: float, alpha: float, dim: int) -> float | None:
+def band_edge(kth: float, trusted_cosine: float, alpha: float, dim: int) -> float | None:
     """The weight base beyond which every unseen document must be scored for the bound to hold:
     the base whose weight is :func:`normrank.search.bound.weight_limit` of ``kth`` and the
-    trusted cosine ``c_last`` (vectors of length ``dim``); None when the bound cannot shrink
-    (``c_last`` plus its margin not positive, or ``kth <= 0``): then every document must be
+    ``trusted_cosine`` (vectors of length ``dim``); None when the bound cannot shrink
+    (``trusted_cosine`` plus its margin not positive, or ``kth <= 0``): then every document must be
     scored. The one definition the Qdrant and Postgres backends share."""
-    if c_last + cosine_slack(dim) <= 0 or kth <= 0:
+    if trusted_cosine + cosine_slack(dim) <= 0 or kth <= 0:
         return None
     with np.errstate(over="ignore", under="ignore"):
-        return float(np.exp(np.log(weight_limit(kth, c_last, dim)) / alpha))
+        return float(np.exp(np.log(weight_limit(kth, trusted_cosine, dim)) / alpha))
 
 
 def powered(base: ArrayLike, alpha: float) -> np.ndarray:

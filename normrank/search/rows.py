@@ -4,8 +4,8 @@ document vectors. Nothing here copies more than one bounded block.
 * :class:`FlatRows`: float32 storage (an HNSW's flat storage) viewed in place; inner products
   by FAISS's ``fvec_inner_products_by_idx`` straight from storage (no gather), blocks gathered
   for a batch.
-* :class:`CodeRows`: compressed codes in one array (an HNSW's SQ / PQ storage): the code rows
-  gathered and decoded by FAISS's ``sa_decode``, a block at a time.
+* :class:`FaissCodeRows`: FAISS codes (SQ / PQ) in one array (an HNSW's compressed storage):
+  the codes gathered and decoded by FAISS's ``sa_decode``, a block at a time.
 * :class:`ListRows`: an IVF's inverted lists of any codes, read in place by (list, offset):
   an IVF-Flat, IVF-SQ or IVF-PQ through a private IVF of its kind that shares the lists and
   maps a document position to (list, offset) (FAISS's ``reconstruct_batch``, one C++ loop);
@@ -38,7 +38,7 @@ from normrank.search.id_lookup import IdLookup
 
 __all__ = [
     "BLOCK_ROWS",
-    "CodeRows",
+    "FaissCodeRows",
     "FlatRows",
     "IdRows",
     "ListRows",
@@ -97,8 +97,9 @@ class _Decoded:
         return out
 
 
-class CodeRows(_Decoded):
-    """Codes of an ``IndexFlatCodes`` (SQ, PQ, ...) decoded by FAISS, a block at a time."""
+class FaissCodeRows(_Decoded):
+    """FAISS codes of an ``IndexFlatCodes`` (SQ, PQ, ...; not the scan codes of
+    :mod:`normrank.search.scan_codes`) decoded by FAISS, a block at a time."""
 
     def __init__(self, storage: faiss.Index, internal: np.ndarray | None = None) -> None:
         self._storage = storage
@@ -170,7 +171,7 @@ class ListRows(_Decoded):
         self._start = np.concatenate([[0], np.cumsum(sizes)])
         self._code_size = int(lists.code_size)
         self._flat = isinstance(ivf, faiss.IndexIVFFlat)
-        self._coarse = int(ivf.coarse_code_size())
+        self._coarse_code_size = int(ivf.coarse_code_size())
         self._views: dict[int, np.ndarray] = {}  # per list, at most nlist views (no copies)
         self.at = at
         self._reader = None
@@ -179,7 +180,7 @@ class ListRows(_Decoded):
         if self._reader is not None:
             self.at = None  # the reader's int64 (list, offset) per document replaces it
 
-    def _codes(self, lst: int) -> np.ndarray:
+    def _list_codes(self, lst: int) -> np.ndarray:
         view = self._views.get(lst)
         if view is None:
             size = int(self._start[lst + 1] - self._start[lst])
@@ -196,7 +197,7 @@ class ListRows(_Decoded):
         codes = np.empty((at.size, self._code_size), dtype=np.uint8)
         for a, b in zip(np.r_[0, cut], np.r_[cut, at.size], strict=True):
             lo = int(lst[a])
-            codes[by[a:b]] = self._codes(lo).take(sorted_at[a:b] - self._start[lo], axis=0)
+            codes[by[a:b]] = self._list_codes(lo).take(sorted_at[a:b] - self._start[lo], axis=0)
         lists = np.empty(at.size, dtype=np.int64)
         lists[by] = lst
         return codes, lists
@@ -217,9 +218,10 @@ class ListRows(_Decoded):
                 continue
             # FAISS's standalone code: the list number (little-endian, coarse_code_size bytes)
             # then the list's code; sa_decode adds the centroid back where codes are residuals.
-            sa = np.empty((m, self._coarse + self._code_size), dtype=np.uint8)
-            sa[:, : self._coarse] = lists.astype("<i8").view(np.uint8).reshape(m, 8)[:, : self._coarse]
-            sa[:, self._coarse :] = codes
+            head = self._coarse_code_size
+            sa = np.empty((m, head + self._code_size), dtype=np.uint8)
+            sa[:, :head] = lists.astype("<i8").view(np.uint8).reshape(m, 8)[:, :head]
+            sa[:, head:] = codes
             self._ivf.sa_decode_c(m, faiss.swig_ptr(sa), faiss.swig_ptr(out[s : s + m]))
         return out
 
@@ -308,7 +310,7 @@ def row_source(index: faiss.Index, inner: faiss.Index, doc_ids: DocIds, n_remove
     if isinstance(storage, faiss.IndexFlat):
         return FlatRows(storage, internal)
     if isinstance(storage, faiss.IndexFlatCodes):
-        return CodeRows(storage, internal)
+        return FaissCodeRows(storage, internal)
     if idmap or stored_ids(index) is None:  # (no ids kept: they are the storage positions)
         return PositionRows(inner, internal)
     return IdRows(index, doc_ids)

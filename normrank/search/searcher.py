@@ -218,11 +218,11 @@ class OneQuery:
         plan = plan_search(options, target.n_stored)
         if plan.method == "cosine" and not target.n_removed:
             # Cosine: FAISS's own answer, its ids as they are (no id round trip).
-            cos, cand = _ann._search(target.index, unit_q, plan.depth, plan.ef)
-            if cand[0, -1] >= 0:
+            cos, cand_ids = _ann._search(target.index, unit_q, plan.depth, plan.ef)
+            if cand_ids[0, -1] >= 0:
                 stats.path, stats.depth, stats.rounds = plan.method, plan.depth, 1
                 stats.certified = np.ones(1, dtype=bool)  # the index's own ranking of its candidates
-                return cos, cand
+                return cos, cand_ids
         weights, lookup, order = _ann_inputs(target, plan, a)
         over = target.cache.weight_range(target.base, a) if plan.method == "overfetch" else None
         s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,

@@ -27,40 +27,41 @@ _HEAD = 8192
 _NO_RANKS = np.empty(0, dtype=np.int64)
 
 
-def scan_needed(kth: np.ndarray, c_last: np.ndarray, neg_w: np.ndarray, dim: int) -> np.ndarray:
+def scan_needed(kth: np.ndarray, trusted_cosine: np.ndarray, neg_w: np.ndarray, dim: int) -> np.ndarray:
     """How many documents, in decreasing weight order, a query must scan before no unseen one
-    can beat its k-th score ``kth`` (:func:`normrank.search.bound.unseen_can_beat`, the trusted
-    cosine ``c_last``, vectors of length ``dim``): a binary search of
+    can beat its k-th score ``kth`` (:func:`normrank.search.bound.unseen_can_beat`, the
+    ``trusted_cosine``, vectors of length ``dim``): a binary search of
     :func:`~normrank.search.bound.weight_limit` in ``neg_w``, the negated sorted weights; where
     the trusted cosine plus its margin is not positive the bound does not shrink as the scan
     goes, so it is 0 or all ``n``."""
     n = neg_w.size
     kth = np.asarray(kth, dtype=np.float64)
-    c_last = np.asarray(c_last, dtype=np.float64)
+    trusted_cosine = np.asarray(trusted_cosine, dtype=np.float64)
     if n == 0:
         return np.zeros(kth.shape, dtype=np.int64)
-    need = np.where(unseen_can_beat(kth, c_last, -neg_w[0], -neg_w[-1], dim), n, 0)
-    up = c_last + cosine_slack(dim) > 0
+    need = np.where(unseen_can_beat(kth, trusted_cosine, -neg_w[0], -neg_w[-1], dim), n, 0)
+    up = trusted_cosine + cosine_slack(dim) > 0
     if up.any():
-        need[up] = np.searchsorted(neg_w, -weight_limit(kth[up], c_last[up], dim), side="left")
+        need[up] = np.searchsorted(neg_w, -weight_limit(kth[up], trusted_cosine[up], dim), side="left")
     return need
 
 
 class WeightOrder:
-    """The documents in decreasing order of one weighting's sign (``order``: positions), with
+    """The documents in decreasing order of one weighting's sign (``positions``: their storage
+    positions, by decreasing weight), with
     their rows read through ``rows`` (:mod:`normrank.search.rows`, or anything with
     ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
-    by both signs: ``sign > 0`` reads it backwards, a view). ``codes_bytes``: the budget of the
-    first rows' int8 codes single queries scan (:mod:`normrank.search.scan_codes`; 0: none)."""
+    by both signs: ``sign > 0`` reads it backwards, a view). ``scan_codes_bytes``: the budget of the
+    first rows' int8 scan codes single queries read (:mod:`normrank.search.scan_codes`; 0: none)."""
 
     def __init__(
-        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, codes_bytes: int = 0
+        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, scan_codes_bytes: int = 0
     ) -> None:
-        self.order = ascending if sign < 0 else ascending[::-1]
+        self.positions = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
-        self._codes_bytes = int(codes_bytes)
-        self._codes: ScanCodes | None = None
-        self._coarse: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
+        self._scan_codes_bytes = int(scan_codes_bytes)
+        self._scan_codes: ScanCodes | None = None
+        self._by_weights: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
         # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
         # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
         # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
@@ -68,6 +69,11 @@ class WeightOrder:
         self._prefix_bytes = int(prefix_bytes)
         self._prefix: np.ndarray | None = None  # the rows written so far, a view of _buffer
         self._buffer: np.ndarray | None = None
+
+    @property
+    def order(self) -> np.ndarray:
+        """The old name of :attr:`positions` (normrank/backends/pgvector_band.py reads it until renamed)."""
+        return self.positions
 
     def _sample(self, weights: np.ndarray) -> np.ndarray:
         """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
@@ -78,13 +84,13 @@ class WeightOrder:
         """``(sample, head)`` of one weights array: the 1/``_STRIDE`` sample, and the weights
         of the first ``_HEAD`` ranks in this order (a quarter of them at most) (a slice instead of a gather for the rows
         every scan reads first)."""
-        got = self._coarse.get(id(weights))
+        got = self._by_weights.get(id(weights))
         if got is None or got[0]() is not weights:  # the id of a freed array can be reused
-            if len(self._coarse) >= 8:
-                self._coarse.pop(next(iter(self._coarse)))
-            sample = -weights[self.order[::_STRIDE]].astype(np.float64)
-            head = weights.take(self.order[: min(_HEAD, self.order.size // 4)])
-            got = self._coarse[id(weights)] = (weakref.ref(weights), sample, head)
+            if len(self._by_weights) >= 8:
+                self._by_weights.pop(next(iter(self._by_weights)))
+            sample = -weights[self.positions[::_STRIDE]].astype(np.float64)
+            head = weights.take(self.positions[: min(_HEAD, self.positions.size // 4)])
+            got = self._by_weights[id(weights)] = (weakref.ref(weights), sample, head)
         return got[1], got[2]
 
     def weights_at(self, weights: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -92,28 +98,30 @@ class WeightOrder:
         head = self._derived(weights)[1]
         if hi <= head.size:
             return head[lo:hi]
-        return weights.take(self.order[lo:hi])
+        return weights.take(self.positions[lo:hi])
 
     def w_min(self, weights: np.ndarray) -> float:
-        return float(weights[self.order[-1]]) if self.order.size else 0.0
+        return float(weights[self.positions[-1]]) if self.positions.size else 0.0
 
     def w_max(self, weights: np.ndarray) -> float:
-        return float(weights[self.order[0]]) if self.order.size else 0.0
+        return float(weights[self.positions[0]]) if self.positions.size else 0.0
 
-    def need(self, weights: np.ndarray, kth: np.ndarray, c_last: np.ndarray, dim: int) -> np.ndarray:
+    def need(self, weights: np.ndarray, kth: np.ndarray, trusted_cosine: np.ndarray, dim: int) -> np.ndarray:
         """:func:`scan_needed` of each query (arrays), with the weights in this order computed
         only where the binary search looks: a 1/64 sample, then one block of 64 per query."""
-        n = self.order.size
+        n = self.positions.size
         kth = np.asarray(kth, dtype=np.float64)
-        c_last = np.asarray(c_last, dtype=np.float64)
-        need = np.where(unseen_can_beat(kth, c_last, self.w_max(weights), self.w_min(weights), dim), n, 0)
-        up = np.flatnonzero(c_last + cosine_slack(dim) > 0)
+        trusted_cosine = np.asarray(trusted_cosine, dtype=np.float64)
+        need = np.where(
+            unseen_can_beat(kth, trusted_cosine, self.w_max(weights), self.w_min(weights), dim), n, 0
+        )
+        up = np.flatnonzero(trusted_cosine + cosine_slack(dim) > 0)
         if up.size:
-            x = weight_limit(kth[up], c_last[up], dim)  # first rank whose weight is <= x
+            x = weight_limit(kth[up], trusted_cosine[up], dim)  # first rank whose weight is <= x
             i = np.searchsorted(self._sample(weights), -x, side="left")
             lo = np.maximum(i - 1, 0) * _STRIDE
             at = lo[:, None] + np.arange(_STRIDE)
-            w = weights[self.order[np.minimum(at, n - 1)]].astype(np.float64)
+            w = weights[self.positions[np.minimum(at, n - 1)]].astype(np.float64)
             above = (w > x[:, None]) & (at < n)
             need[up] = np.where(i == 0, 0, np.minimum(lo + above.sum(axis=1), n))
         return need
@@ -121,10 +129,10 @@ class WeightOrder:
     def _cached(self, hi: int) -> int:
         """Grow the prefix copy towards ``hi`` rows (within its budget); how many it holds."""
         have = 0 if self._prefix is None else self._prefix.shape[0]
-        if hi <= have or not self._prefix_bytes or not self.order.size:
+        if hi <= have or not self._prefix_bytes or not self.positions.size:
             return have
         probe = self._prefix if self._prefix is not None else self._gather(0, 1)
-        cap = min(self.order.size, self._prefix_bytes // max(probe[0].nbytes, 1))
+        cap = min(self.positions.size, self._prefix_bytes // max(probe[0].nbytes, 1))
         grow = min(cap, max(hi, 2 * have, 256))
         if grow > have:
             if self._buffer is None:
@@ -137,15 +145,19 @@ class WeightOrder:
 
     def _gather(self, lo: int, hi: int) -> np.ndarray:
         if hasattr(self.rows, "ranks"):  # a source that keeps a prefix copy itself (by rank)
-            return self.rows.ranks(self.order, lo, hi)
-        return self.rows.gather(self.order[lo:hi])
+            return self.rows.ranks(self.positions, lo, hi)
+        return self.rows.gather(self.positions[lo:hi])
 
-    def need_one(self, weights: np.ndarray, kth: float, c_last: float, dim: int) -> int:
+    def need_one(self, weights: np.ndarray, kth: float, trusted_cosine: float, dim: int) -> int:
         """:meth:`need` of one query, on scalars (the latency case: a handful of numpy calls)."""
-        n = self.order.size
-        if c_last + cosine_slack(dim) <= 0:
-            return n if unseen_can_beat(kth, c_last, self.w_max(weights), self.w_min(weights), dim) else 0
-        x = weight_limit(kth, c_last, dim)
+        n = self.positions.size
+        if trusted_cosine + cosine_slack(dim) <= 0:
+            return (
+                n
+                if unseen_can_beat(kth, trusted_cosine, self.w_max(weights), self.w_min(weights), dim)
+                else 0
+            )
+        x = weight_limit(kth, trusted_cosine, dim)
         i = int(self._sample(weights).searchsorted(-x))
         if i == 0:
             return 0
@@ -174,7 +186,7 @@ class WeightOrder:
         start = max(lo, have)
         if start < hi:
             if hasattr(self.rows, "inner"):
-                out[start - lo :] = self.rows.inner(q, self.order[start:hi])
+                out[start - lo :] = self.rows.inner(q, self.positions[start:hi])
             else:
                 rows = np.ascontiguousarray(self._gather(start, hi), dtype=np.float32)
                 faiss.fvec_inner_products_ny(
@@ -187,8 +199,8 @@ class WeightOrder:
         return out
 
     def query_codes(self, q: np.ndarray) -> QueryCodes | None:
-        """What :meth:`above` needs of a query to use the codes (None: this order has none)."""
-        return QueryCodes(q) if self._codes_bytes and self.order.size else None
+        """What :meth:`above` needs of a query to use the scan codes (None: this order has none)."""
+        return QueryCodes(q) if self._scan_codes_bytes and self.positions.size else None
 
     def above(
         self,
@@ -201,22 +213,22 @@ class WeightOrder:
     ):
         """``(ranks, scores)`` of the documents at weight ranks ``span = (lo, hi)`` (``hi``
         excluded) whose score ``(q . x) * w`` beats ``kth``, ranks ascending: read through the
-        int8 codes where they exist and ``kth`` > 0 (only the contenders' rows are read), else
+        int8 scan codes where they exist and ``kth`` > 0 (only the contenders' rows are read), else
         from the rows. The same ranks and the same float32 scores either way."""
         lo, hi = span
         ranks, scores = [], []
         start = lo
         if query is not None and 0 < kth < np.inf:
-            if self._codes is None:
-                self._codes = ScanCodes(q.size, self.order.size, self._codes_bytes)
-            top = min(hi, self._codes.grow(hi, self._rows_for_codes))
+            if self._scan_codes is None:
+                self._scan_codes = ScanCodes(q.size, self.positions.size, self._scan_codes_bytes)
+            top = min(hi, self._scan_codes.grow(hi, self._rows_for_codes))
             a = lo
             found: list[np.ndarray] = []  # contenders not yet scored, in rank order
-            while a < top:  # one piece per chunk of codes (its own scale)
+            while a < top:  # one piece per chunk of scan codes (its own scale)
                 b = min(top, (a // CHUNK + 1) * CHUNK)
-                w_a = float(weights[self.order[a]])  # the piece's largest weight
+                w_a = float(weights[self.positions[a]])  # the piece's largest weight
                 # (weights 0 from here on: nothing scores above kth > 0)
-                got = self._codes.contenders(query, a, b, kth / w_a) if w_a > 0 else _NO_RANKS
+                got = self._scan_codes.contenders(query, a, b, kth / w_a) if w_a > 0 else _NO_RANKS
                 if got is None:  # too many contenders: read the piece's rows (in rank order)
                     if found:
                         self._add(ranks, scores, *self._exact_at(q, np.concatenate(found), weights, kth))
@@ -252,13 +264,13 @@ class WeightOrder:
         if not ranks.size:
             return ranks, np.empty(0, dtype=np.float32)
         have = 0 if self._prefix is None else self._prefix.shape[0]
-        rows = self._prefix[ranks] if ranks[-1] < have else self.rows.gather(self.order[ranks])
+        rows = self._prefix[ranks] if ranks[-1] < have else self.rows.gather(self.positions[ranks])
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         out = np.empty(ranks.size, dtype=np.float32)
         faiss.fvec_inner_products_ny(
             faiss.swig_ptr(out), faiss.swig_ptr(q), faiss.swig_ptr(rows), q.size, ranks.size
         )
-        out *= weights.take(self.order[ranks])
+        out *= weights.take(self.positions[ranks])
         keep = out > kth
         return ranks[keep], out[keep]
 
@@ -273,11 +285,11 @@ class WeightOrder:
     def sorted_weights(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """``(weights in this order, their negatives as float64, their minimum)`` (O(n): for
         whole-collection fallbacks, not per query)."""
-        w = weights[self.order]
+        w = weights[self.positions]
         return w, -w.astype(np.float64), self.w_min(weights)
 
     @property
     def nbytes(self) -> int:
         prefix = 0 if self._prefix is None else self._prefix.nbytes
-        codes = 0 if self._codes is None else self._codes.nbytes
-        return sum(s.nbytes + h.nbytes for _, s, h in self._coarse.values()) + prefix + codes
+        codes = 0 if self._scan_codes is None else self._scan_codes.nbytes
+        return sum(s.nbytes + h.nbytes for _, s, h in self._by_weights.values()) + prefix + codes

@@ -153,7 +153,7 @@ _QUERIES = np.random.default_rng(1).normal(size=(3, DIM))
 
 def _snapshot(index: NormIndex):
     s, i = index.search(_QUERIES, 5)
-    return index.ids, index.norms, index.weights, index.alpha, len(index), s, i
+    return index.ids, index.norms, index.bases, index.alpha, len(index), s, i
 
 
 def _same(a, b) -> bool:
@@ -240,11 +240,11 @@ def test_fuzz_sequences_then_save_load(factory, ops, tmp_path_factory):
                 if np.ndim(op[1])
                 else None
             )
-            _call("add", index, lambda op=op, w=w: index.add(op[1], ids=op[2], weights=w))
+            _call("add", index, lambda op=op, w=w: index.add(op[1], ids=op[2], bases=w))
         elif op[0] == "remove":
             _call("remove", index, lambda op=op: index.remove(op[1]))
         elif op[0] == "weights":
-            _call("set_weights", index, lambda op=op: index.set_weights(op[1]))
+            _call("set_bases", index, lambda op=op: index.set_bases(op[1]))
         else:
 
             def set_alpha(value=op[1]):
@@ -317,10 +317,10 @@ def test_fuzz_float32_edges_every_alpha_then_save_load(factory, ops, alphas, tmp
             x = rng.normal(size=(mags.size, DIM))
             x = x / np.linalg.norm(x, axis=1, keepdims=True) * mags[:, None]
             w = mags if op[2] or index.to_state().weights is not None else None
-            _call("add", index, lambda x=x, w=w: index.add(x, weights=w))
+            _call("add", index, lambda x=x, w=w: index.add(x, bases=w))
         elif op[0] == "weights":  # half the time one value per document, so that it can be accepted
             w = np.resize(np.array(op[1], dtype=object), len(index)).tolist() if op[2] and op[1] else op[1]
-            _call("set_weights", index, lambda w=w: index.set_weights(w))
+            _call("set_bases", index, lambda w=w: index.set_bases(w))
         else:
             _call(op[0], index, lambda op=op: getattr(index, op[0])(op[1]))
     _every_document_returnable(index, [-16.0, -2.0, 0.0, 2.0, 16.0, *alphas])
@@ -354,7 +354,7 @@ def test_fuzz_failing_disk_then_save(factory, extra, step, code, weights, tmp_pa
     if extra:
         index.add(np.random.default_rng(extra).normal(size=(extra, DIM)) + 0.1)
     if weights:
-        index.set_weights(np.linspace(0.5, 2.0, len(index)))
+        index.set_bases(np.linspace(0.5, 2.0, len(index)))
     COUNTS["save-failing"] += 1
     real_os = persistence.os
     persistence.os = _FailingOS(step, code)
@@ -620,7 +620,7 @@ def _edge_reference(ei) -> NormIndex:
     ref = NormIndex(DIM)
     ref.add(unit * ei.norm_of(ids).astype(np.float64)[:, None], ids)
     if ei._weights is not None:
-        ref.set_weights(ei._weights, ids)
+        ref.set_bases(ei._weights, ids)
     return ref
 
 

@@ -1,8 +1,8 @@
 """Model-based test of ``NormIndex`` (issue 46): a hypothesis state machine drives add, remove,
-set_weights / clear_weights, save + load and search against a pure-numpy model, and after every
+set_bases / clear_bases, save + load and search against a pure-numpy model, and after every
 step the index must equal the model.
 
-The model is ``{id: raw float64 vector}`` plus optional per-document weight overrides and the set
+The model is ``{id: raw float64 vector}`` plus optional per-document base overrides and the set
 of ids removed earlier. Its search oracle is brute force ``cos(q, d) * w_d**alpha`` over the live
 documents (``w_d`` the override or ``||d||``), compared with ties allowed (``assert_same_topk``:
 sorted scores agree position by position, and each returned id's oracle score is the one
@@ -14,9 +14,9 @@ IVF, HNSW and an IVF with a refine stage; and user-built ``faiss.IndexIDMap`` /
 ``faiss.IndexIDMap2`` over Flat, IVF and HNSW wrapped with ``NormIndex.from_faiss`` (unit vectors
 with ``norms={id: norm}``, or raw vectors whose norms it recovers).
 
-What it proves: ids, membership, norms, weights and reconstructed vectors follow every accepted
+What it proves: ids, membership, norms, bases and reconstructed vectors follow every accepted
 call; refused calls (a duplicate id, an id removed from an index that keeps removed vectors, an
-unknown id in a removal, an add without weights where weights are set) raise their typed error
+unknown id in a removal, an add without bases where bases are set) raise their typed error
 and change nothing; a save + load continues as the same index; every search is exact.
 A user's own FAISS ``remove_ids`` before wrapping an id map over an IVF (refused with
 "Rebuild") is covered by ``test_round5_defects.py`` and not repeated here.
@@ -138,7 +138,7 @@ class IndexModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.vectors: dict[int, np.ndarray] = {}  # live id -> raw vector (float64)
-        self.weights: dict[int, float] | None = None  # the override, when set
+        self.bases: dict[int, float] | None = None  # the override, when set
         self.removed: set[int] = set()  # ids removed earlier (and not added again)
         self.next_id = 0
         self.since_save = 0  # steps since the last save + load
@@ -195,18 +195,18 @@ class IndexModel(RuleBasedStateMachine):
         rng = np.random.default_rng(seed)
         ids, x = self.fresh_ids(n, rng), self.raw_vectors(n, rng)
         w = None
-        if self.weights is not None:
+        if self.bases is not None:
             w = rng.lognormal(0.0, 1.0, size=n)
             before = self.snapshot()
-            with pytest.raises(InvalidInputError, match="weights"):
-                self.index.add(x, ids=ids)  # rows without weights where weights are set
+            with pytest.raises(InvalidInputError, match="bases"):
+                self.index.add(x, ids=ids)  # rows without bases where bases are set
             self.check_unchanged(before)
-        got = self.index.add(x, ids=ids, weights=w)
+        got = self.index.add(x, ids=ids, bases=w)
         np.testing.assert_array_equal(got, ids)
         for j, i in enumerate(ids.tolist()):
             self.vectors[i] = x[j]
-            if self.weights is not None:
-                self.weights[i] = float(np.float32(w[j]))
+            if self.bases is not None:
+                self.bases[i] = float(np.float32(w[j]))
         COUNTS["add_fresh"] += 1
 
     @precondition(lambda self: self.vectors)
@@ -217,9 +217,9 @@ class IndexModel(RuleBasedStateMachine):
         ids = np.array([dup, *self.fresh_ids(int(rng.integers(0, 3)), rng)], dtype=np.int64)
         ids = rng.permutation(ids)  # the duplicate anywhere in the batch
         before = self.snapshot()
-        w = None if self.weights is None else np.ones(ids.size)
+        w = None if self.bases is None else np.ones(ids.size)
         with pytest.raises(DuplicateIdError):
-            self.index.add(self.raw_vectors(ids.size, rng), ids=ids, weights=w)
+            self.index.add(self.raw_vectors(ids.size, rng), ids=ids, bases=w)
         self.check_unchanged(before)  # nothing of the batch was added
         COUNTS["add_duplicate"] += 1
 
@@ -229,19 +229,19 @@ class IndexModel(RuleBasedStateMachine):
         rng = np.random.default_rng(seed)
         old = data.draw(st.sampled_from(sorted(self.removed)))
         x = self.raw_vectors(1, rng)
-        w = None if self.weights is None else np.array([2.5])
+        w = None if self.bases is None else np.array([2.5])
         if self.KIND in KEEPS_REMOVED:
             before = self.snapshot()
             with pytest.raises(DuplicateIdError, match="removed earlier"):
-                self.index.add(x, ids=[old], weights=w)
+                self.index.add(x, ids=[old], bases=w)
             self.check_unchanged(before)
             COUNTS["add_removed:refused"] += 1
             return
-        self.index.add(x, ids=[old], weights=w)
+        self.index.add(x, ids=[old], bases=w)
         self.vectors[old] = x[0]
         self.removed.discard(old)
-        if self.weights is not None:
-            self.weights[old] = 2.5
+        if self.bases is not None:
+            self.bases[old] = 2.5
         COUNTS["add_removed:added"] += 1
 
     @precondition(lambda self: self.vectors)
@@ -252,8 +252,8 @@ class IndexModel(RuleBasedStateMachine):
         for i in ids:
             del self.vectors[i]
             self.removed.add(i)
-            if self.weights is not None:
-                del self.weights[i]
+            if self.bases is not None:
+                del self.bases[i]
         COUNTS["remove_present"] += 1
 
     @rule(data=st.data(), absent=st.integers(0, 10**6))
@@ -275,24 +275,24 @@ class IndexModel(RuleBasedStateMachine):
 
     @precondition(lambda self: self.vectors)
     @rule(seed=vector_seed, by_ids=st.booleans())
-    def set_weights(self, seed: int, by_ids: bool) -> None:
+    def set_bases(self, seed: int, by_ids: bool) -> None:
         rng = np.random.default_rng(seed)
         w = rng.lognormal(0.0, 1.0, size=len(self.vectors))
         if by_ids:  # any order, through ids=
             ids = rng.permutation(np.array(sorted(self.vectors), dtype=np.int64))
-            self.index.set_weights(w, ids=ids)
+            self.index.set_bases(w, ids=ids)
         else:  # in the index's storage order
             ids = self.index.ids
-            self.index.set_weights(w)
-        self.weights = {int(i): float(np.float32(v)) for i, v in zip(ids, w, strict=True)}
-        COUNTS["set_weights"] += 1
+            self.index.set_bases(w)
+        self.bases = {int(i): float(np.float32(v)) for i, v in zip(ids, w, strict=True)}
+        COUNTS["set_bases"] += 1
 
-    @precondition(lambda self: self.weights is not None)  # (else chosen far more often than the rest)
+    @precondition(lambda self: self.bases is not None)  # (else chosen far more often than the rest)
     @rule()
-    def clear_weights(self) -> None:
-        self.index.clear_weights()
-        self.weights = None
-        COUNTS["clear_weights"] += 1
+    def clear_bases(self) -> None:
+        self.index.clear_bases()
+        self.bases = None
+        COUNTS["clear_bases"] += 1
 
     @precondition(
         lambda self: self.since_save >= 4
@@ -331,7 +331,7 @@ class IndexModel(RuleBasedStateMachine):
         assert scores.shape == ids.shape == (nq, k)
         x = np.array([self.vectors[i] for i in live]).reshape(len(live), D)
         w = np.array(
-            [self.weights[i] if self.weights is not None else np.linalg.norm(self.vectors[i]) for i in live]
+            [self.bases[i] if self.bases is not None else np.linalg.norm(self.vectors[i]) for i in live]
         )
         ref = oracle(x, w, q, a) if live else np.empty((nq, 0))
         assert_same_topk(ref, np.array(live, dtype=np.int64), scores, ids, k, tol=1e-4)
@@ -357,12 +357,12 @@ class IndexModel(RuleBasedStateMachine):
                 np.testing.assert_allclose(
                     self.index.reconstruct(i), self.vectors[i], rtol=1e-5, atol=1e-5 * norms.max()
                 )
-        if self.weights is not None:
-            assert sorted(self.weights) == live
-            want = np.array([self.weights[int(i)] for i in ids], dtype=np.float32)
-            np.testing.assert_array_equal(self.index.weights, want)
+        if self.bases is not None:
+            assert sorted(self.bases) == live
+            want = np.array([self.bases[int(i)] for i in ids], dtype=np.float32)
+            np.testing.assert_array_equal(self.index.bases, want)
         else:
-            np.testing.assert_array_equal(self.index.weights, self.index.norms)
+            np.testing.assert_array_equal(self.index.bases, self.index.norms)
         self.since_save += 1
         COUNTS["steps"] += 1
 
@@ -401,7 +401,7 @@ def test_counts_are_recorded(record_property: Callable[[str, object], None]) -> 
     record_property("counts", dict(sorted(COUNTS.items())))
     if not all(COUNTS[f"{kind}:start"] for kind in KINDS):
         pytest.skip("not every machine ran in this session (a -k selection)")
-    for name in ("add_fresh", "add_duplicate", "remove_present", "remove_absent", "set_weights",
-                 "clear_weights", "save_and_load", "search:scalar", "search:array", "steps",
+    for name in ("add_fresh", "add_duplicate", "remove_present", "remove_absent", "set_bases",
+                 "clear_bases", "save_and_load", "search:scalar", "search:array", "steps",
                  "add_removed:refused", "add_removed:added"):  # fmt: skip
         assert COUNTS[name] > 0, f"rule {name} never ran"

@@ -7,7 +7,7 @@ never re-added): any ``(id, score)`` a search returns is checked against that id
 its norm or its weight (``weight_of``, also closed form), and an id must have been added before
 the search ended and not removed before it started. Every exception a thread sees must be one of
 the documented typed ones (a reader asking for an id a writer just removed: ``UnknownIdError``;
-``set_weights`` racing an add or a removal: ``InvalidInputError`` / ``UnknownIdError``).
+``set_bases`` racing an add or a removal: ``InvalidInputError`` / ``UnknownIdError``).
 
 ``test_readers_writers_and_a_saver``: ids stay unique, every result and every norm is right, each
 save loads into a consistent state, and after the join the index equals the writers' model.
@@ -67,7 +67,7 @@ def norm_of(ids: np.ndarray) -> np.ndarray:
 
 
 def weight_of(ids: np.ndarray) -> np.ndarray:
-    """The weight ``set_weights`` gives each id (distinct from its norm)."""
+    """The weight ``set_bases`` gives each id (distinct from its norm)."""
     return 0.3 + (np.asarray(ids, dtype=np.int64).reshape(-1) % 11) * 0.4
 
 
@@ -177,8 +177,8 @@ class Soak:
                 ids = WRITER_BASE * (w + 1) + next_j[0] + np.arange(n, dtype=np.int64)
                 next_j[0] += n
                 self.started.update(ids.tolist())
-                # weights= is required while weights are set, ignored while they are not
-                self.index.add(vectors(ids), ids=ids, weights=weight_of(ids))
+                # bases= is required while bases are set, ignored while they are not
+                self.index.add(vectors(ids), ids=ids, bases=weight_of(ids))
                 live.update(ids.tolist())
             else:
                 gone = rng.sample(sorted(live), min(len(live), rng.randint(1, 3)))
@@ -190,11 +190,11 @@ class Soak:
 
     def weigher(self, rng: random.Random) -> None:
         if rng.random() < 0.5:
-            self.index.clear_weights()
+            self.index.clear_bases()
             return
         ids = self.index.ids
         try:  # a writer may add or remove between reading the ids and setting
-            self.index.set_weights(weight_of(ids), ids=ids)
+            self.index.set_bases(weight_of(ids), ids=ids)
         except (InvalidInputError, UnknownIdError):
             self.ops["weigher:raced"] += 1
 
@@ -216,7 +216,7 @@ def check_consistent(index: NormIndex) -> None:
     assert np.unique(ids).size == ids.size == len(index), "ids not unique"
     np.testing.assert_allclose(index.norms, norm_of(ids), rtol=1e-6)
     np.testing.assert_allclose(index.norm_of(ids), norm_of(ids), rtol=1e-6)
-    w = index.weights
+    w = index.bases
     assert np.allclose(w, norm_of(ids), rtol=1e-6) or np.allclose(w, weight_of(ids), rtol=1e-6), (
         "mixed weights"
     )
@@ -396,7 +396,7 @@ def fresh_thread_works(index: NormIndex) -> None:
     new = np.array([9 * WRITER_BASE], dtype=np.int64)
 
     def fresh() -> None:
-        index.add(vectors(new), ids=new, weights=weight_of(new))
+        index.add(vectors(new), ids=new, bases=weight_of(new))
         q = vectors(new)
         scores, ids = index.search(q, 5, alpha=0.0)
         check_results(q, 0.0, scores, ids)
@@ -492,7 +492,7 @@ def interrupted_writer(soak: Soak, w: int) -> Callable[[random.Random], None]:
             new = base + next_j[0] + np.arange(n, dtype=np.int64)
             next_j[0] += n  # before the add: an interrupted add never reuses its ids
             soak.started.update(new.tolist())
-            soak.index.add(vectors(new), ids=new, weights=weight_of(new))
+            soak.index.add(vectors(new), ids=new, bases=weight_of(new))
         else:
             gone = rng.sample(mine.tolist(), min(int(mine.size), rng.randint(1, 3)))
             soak.index.remove(gone)
