@@ -86,7 +86,7 @@ def test_caches_stay_within_the_reported_budget(kind):
         weights = sum(p.nbytes for p in cache.powers.values())
         assert alpha in cache.powers and weights <= max(want.weights, 4 * n)
         prefix = sum(o._prefix.nbytes for o in cache.orders.values() if o._prefix is not None)
-        codes = sum(o._codes.rows * D for o in cache.orders.values() if o._codes is not None)
+        codes = sum(o._scan_codes.rows * D for o in cache.orders.values() if o._scan_codes is not None)
         assert prefix <= want.prefix and codes <= want.codes
         assert one.cache_bytes == cache.nbytes
 

@@ -47,6 +47,7 @@ FUNCTION_CONCEPT = {
     ("normrank.search.plan", "_capped"): "plan",
     ("normrank.search.plan", "SearchStats.__init__"): "stats",
     ("normrank.search.plan", "SearchStats.include"): "stats",
+    ("normrank.search.plan", "SearchStats.<lambda>"): "stats",  # (its per-query certificates)
     ("normrank.search.cache", "SearchCache.power"): "weight",
     ("normrank.search.cache", "SearchCache.order"): "weight order",
     ("normrank.search.cache", "SearchCache.id_lookup"): "position",
@@ -62,9 +63,13 @@ FUNCTION_CONCEPT = {
     ("normrank.search.flat", "inner_products"): "scan",
     ("normrank.search.flat", "inner_products_small"): "scan",
     ("normrank.search.flat", "_FaissProduct.__call__"): "scan",
+    ("normrank.search.flat", "weighted_flat_search"): "scan",  # (the scan's limit: every row)
+    ("normrank.search.flat", "_new_heap"): "scan",
+    ("normrank.search.flat", "_finish"): "scan",
     ("normrank.search.weight_order", "WeightOrder.need"): "bound",
     ("normrank.search.weight_order", "WeightOrder.need_one"): "bound",
     ("normrank.search.weight_order", "scan_needed"): "bound",
+    ("normrank.search.ann", "_bound_held"): "bound",
     ("normrank.validation", "mapped_empty"): "weight order",  # (the prefix copy's memory)
 }
 
@@ -129,7 +134,11 @@ def traces():
         out[name] = _traced(lambda index=index: index.search(q[1:2], 10, alpha=0.5))
         out[name + "_stats"] = index.search(q[1:2], 10, alpha=0.5, return_stats=True)[2]
     index.search(q[:20], 10, alpha=0.5)  # warm-up
-    out["batch"] = _traced(lambda: index.search(q[2:22], 10, alpha=0.5))
+    # 10 queries scan in chunks; 20 on this small HNSW take the flat product (plan_search's rule).
+    out["batch"] = _traced(lambda: index.search(q[2:12], 10, alpha=0.5))
+    out["batch_stats"] = index.search(q[2:12], 10, alpha=0.5, return_stats=True)[2]
+    out["batch"] |= _traced(lambda: index.search(q[2:22], 10, alpha=0.5))
+    out["flat_stats"] = index.search(q[2:22], 10, alpha=0.5, return_stats=True)[2]
     return out
 
 
@@ -145,6 +154,7 @@ def test_a_deep_scan_and_a_batch_meet_only_glossary_concepts(traces):
     deep, batch = _concepts(traces["deep"]), _concepts(traces["batch"])
     assert {"scan codes", "rows"} <= deep
     assert traces["deep_stats"].scanned > 0
+    assert (traces["batch_stats"].path, traces["flat_stats"].path) == ("scan", "flat")
     union = _concepts(traces["single"]) | deep | batch
     assert len(union) <= MAX_CONCEPTS, sorted(union)
     # The glossary names what the traces meet, no more and no less.

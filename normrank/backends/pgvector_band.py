@@ -347,11 +347,11 @@ def _rerank_all(
 
 def _brute(order, weights: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Every row scored (a query the graph returned nothing for)."""
-    n = order.order.size
+    n = order.positions.size
     w_sorted = order.sorted_weights(weights)[0]
     s = (order.vectors(n) @ q.astype(np.float32)) * w_sorted
     top = np.argsort(-s, kind="stable")[:k]
-    return s[top][None].astype(np.float32), order.order[top][None]
+    return s[top][None].astype(np.float32), order.positions[top][None]
 
 
 def _fill(

@@ -49,7 +49,9 @@ one name each, as the code uses them:
 * **scan**: reading documents in weight order after the candidates (:mod:`normrank.search.ann`:
   one query's scan in blocks, a batch's in doubling chunks with
   :mod:`normrank.search.batch_heaps` and the BLAS products of :mod:`normrank.search.flat`) until
-  the bound holds.
+  the bound holds. Its limit, every row read, is the plan's method ``"flat"``: flat storage, or
+  a batch of 20 or more on a small HNSW, where one BLAS pass over FAISS's storage costs less
+  (:func:`normrank.search.flat.weighted_flat_search`; exact over the whole collection).
 * **bound**: whether an unseen document can still beat the k-th score, given the
   ``trusted_cosine`` and the weights not yet scanned (:func:`normrank.search.bound.unseen_can_beat`,
   with its one floating-point margin, asked by every backend); how far a scan must read for it to
@@ -85,9 +87,11 @@ the caches):
    :mod:`normrank.search.bound`).
 7. ``DocIds.at`` (:mod:`normrank.search.doc_ids`): positions back to ids.
 
-A batch (20 queries) takes ``search_args`` and ``search_into`` (:mod:`normrank.search.searcher`)
+A batch (10 queries) takes ``search_args`` and ``search_into`` (:mod:`normrank.search.searcher`)
 instead of ``OneQuery``, reads the index state through the doc table
 (:mod:`normrank.index.doc_table`), groups its queries by alpha (one plan each) and scans in
 doubling chunks (``_scan_batch``, with :mod:`normrank.search.batch_heaps` and
-:mod:`normrank.search.flat`); the **stats** of its blocks are summed.
+:mod:`normrank.search.flat`); the **stats** of its blocks are summed. A batch of 20 on this small
+index reads every row instead (plan method ``"flat"``, ``weighted_flat_search`` in
+:mod:`normrank.search.flat`).
 """

@@ -70,11 +70,6 @@ class WeightOrder:
         self._prefix: np.ndarray | None = None  # the rows written so far, a view of _buffer
         self._buffer: np.ndarray | None = None
 
-    @property
-    def order(self) -> np.ndarray:
-        """The old name of :attr:`positions` (normrank/backends/pgvector_band.py reads it until renamed)."""
-        return self.positions
-
     def _sample(self, weights: np.ndarray) -> np.ndarray:
         """Negated weights at every ``_STRIDE``-th rank (float64, ascending), per weights array
         (held weakly: an array the cache has dropped is not kept alive here)."""
