@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import numbers
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,6 +40,8 @@ __all__ = [
     "as_positive_int",
     "as_vectors",
     "as_weights",
+    "bases_argument",
+    "deprecated",
     "split_norms",
     "storable_norm",
     "unit_and_norms",
@@ -391,3 +394,22 @@ def as_alpha(alpha: ArrayLike, nq: int) -> np.ndarray:
             "beyond this ||d||**alpha leaves the float32 range for ordinary norms)"
         )
     return a
+
+
+def deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """Warn that ``old`` is a deprecated name of ``new`` (DeprecationWarning).
+
+    The default stacklevel 3 points at the user's call of the deprecated member, not at the
+    member or this module."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
+
+
+def bases_argument(bases: ArrayLike | None, weights: ArrayLike | None, owner: str) -> ArrayLike | None:
+    """``add(bases=)`` of ``owner`` given either name: ``weights=`` (its deprecated name) warns,
+    both raise :class:`InvalidInputError`. Called from ``add``: the warning points at its caller."""
+    if weights is None:
+        return bases
+    if bases is not None:
+        raise InvalidInputError("pass bases= only (weights= is its deprecated name)")
+    deprecated(f"{owner}.add(weights=)", f"{owner}.add(bases=)", stacklevel=4)
+    return weights

@@ -136,20 +136,51 @@ def test_custom_weights_and_removal_match_normindex(uri, table):
     ref, idx = exact_ref(x), PgVectorNormIndex(uri, table, 16)
     idx.add(x)
     ref.set_bases(w)
-    idx.set_weights(w)
-    np.testing.assert_array_equal(idx.weights, w)
+    idx.set_bases(w)
+    np.testing.assert_array_equal(idx.bases, w)
     gone = np.arange(0, 800, 7)
     ref.remove(gone)
     assert idx.remove(gone) == gone.size
-    with pytest.raises(InvalidInputError, match="weights="):
-        idx.add(x[:2], ids=[5000, 5001])  # custom weights need weights for new rows
+    with pytest.raises(InvalidInputError, match="bases="):
+        idx.add(x[:2], ids=[5000, 5001])  # custom bases need bases for new rows
     for a in (-1.0, 0.75):
         assert_same_topk(ref.search(q, 10, alpha=a), idx.search(q, 10, alpha=a))
     np.testing.assert_allclose(idx.norm_of([1, 2]), ref.norm_of([1, 2]))
     np.testing.assert_allclose(idx.reconstruct(3), x[3], rtol=1e-5, atol=1e-6)
-    idx.clear_weights()
+    idx.clear_bases()
     ref.clear_bases()
     assert_same_topk(ref.search(q, 10, alpha=-1.0), idx.search(q, 10, alpha=-1.0))
+
+
+def test_weights_names_are_deprecated_aliases_of_bases(uri, table):
+    """The old names (``weights`` / ``set_weights`` / ``clear_weights`` / ``add(weights=)``) still
+    work, each with a DeprecationWarning, and do what the new ones do."""
+    x, q = data(300, 8, seed=6), data(5, 8, seed=7)
+    b = np.random.default_rng(8).lognormal(0, 1, 300).astype(np.float32)
+    new, old = (
+        PgVectorNormIndex(uri, table, 8, exact=True),
+        PgVectorNormIndex(uri, table + "o", 8, exact=True),
+    )
+    new.add(x[:200])
+    old.add(x[:200])
+    new.set_bases(b[:200])
+    with pytest.warns(DeprecationWarning, match="PgVectorNormIndex.set_bases"):
+        old.set_weights(b[:200])
+    new.add(x[200:], bases=b[200:])
+    with pytest.warns(DeprecationWarning, match="PgVectorNormIndex.add\\(bases=\\)"):
+        old.add(x[200:], weights=b[200:])
+    with pytest.warns(DeprecationWarning, match="PgVectorNormIndex.bases"):
+        np.testing.assert_array_equal(old.weights, new.bases)
+    np.testing.assert_array_equal(new.bases, b)
+    for got, want in zip(old.search(q, 10, alpha=0.7), new.search(q, 10, alpha=0.7), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(InvalidInputError, match="bases= only"):
+        new.add(x[:1], ids=[999], bases=b[:1], weights=b[:1])
+    new.clear_bases()
+    with pytest.warns(DeprecationWarning, match="PgVectorNormIndex.clear_bases"):
+        old.clear_weights()
+    np.testing.assert_array_equal(old.bases, new.bases)
+    np.testing.assert_allclose(new.bases, new.norms)
 
 
 def test_the_second_round_finds_what_the_first_misses(uri, table):
@@ -247,7 +278,7 @@ def test_each_write_is_one_transaction(uri, table):
     with pytest.raises(UnknownIdError):
         idx.remove([1, 2, 99999])
     with pytest.raises(IndexStateError, match="boom"):
-        idx.set_weights(np.full(100, 2.0))
+        idx.set_bases(np.full(100, 2.0))
     assert rows_of(uri, state) == before
     assert rows_of(uri, "SELECT indexname FROM pg_indexes WHERE tablename = %s ORDER BY 1", table) == indexes
     assert len(indexes) == 3 and len(idx) == 100
@@ -262,13 +293,13 @@ def test_reopen(uri, table):
     x, q = data(500, 12, seed=9), data(10, 12, seed=10)
     idx = PgVectorNormIndex(uri, table, 12, alpha=-0.5)
     idx.add(x, ids=np.arange(500) * 3)
-    idx.set_weights(np.full(500, 2.0))
+    idx.set_bases(np.full(500, 2.0))
     expect = idx.search(q, 10)
     idx.close()
     again = PgVectorNormIndex(uri, table, 12, alpha=-0.5)
     assert len(again) == 500 and (again.ids == np.arange(500) * 3).all()
     np.testing.assert_array_equal(again.search(q, 10)[1], expect[1])
-    assert (again.add(x[:2], weights=[1.0, 1.0]) == [1498, 1499]).all()  # after the largest id
+    assert (again.add(x[:2], bases=[1.0, 1.0]) == [1498, 1499]).all()  # after the largest id
     with pytest.raises(DimensionMismatchError):
         PgVectorNormIndex(uri, table, 13)
 
@@ -284,8 +315,8 @@ def test_bad_input_is_refused_and_touches_nothing(uri, table):
         (DuplicateIdError, lambda: idx.add(np.ones((2, 4)), ids=[7, 7])),
         (DuplicateIdError, lambda: idx.add(np.ones((2, 4)), ids=[8, 1])),
         (InvalidInputError, lambda: idx.add(np.ones((1, 4)), ids=[-3])),
-        (InvalidInputError, lambda: idx.set_weights([1.0, 2.0])),
-        (InvalidInputError, lambda: idx.set_weights([1.0, np.inf, 1.0, 1.0])),
+        (InvalidInputError, lambda: idx.set_bases([1.0, 2.0])),
+        (InvalidInputError, lambda: idx.set_bases([1.0, np.inf, 1.0, 1.0])),
         (UnknownIdError, lambda: idx.norm_of([0, 55])),
         (InvalidParameterError, lambda: idx.search(np.ones(4), 10, alpha=40.0)),
         (InvalidParameterError, lambda: idx.search(np.ones(4), 0)),
@@ -638,13 +669,13 @@ def test_client_band_follows_every_writer(uri, table):
     check()
     # Another object's writes, then this object's.
     w = np.random.default_rng(33).lognormal(0, 0.5, len(rows)).astype(np.float32)
-    other.set_weights(w, ids=sorted(rows))
+    other.set_bases(w, ids=sorted(rows))
     rows = {i: (rows[i][0], float(wi)) for i, wi in zip(sorted(rows), w, strict=True)}
     check()
     other.remove([3, 4])
     del rows[3], rows[4]
     check()
-    idx.clear_weights()
+    idx.clear_bases()
     rows = {i: (v, _norm_of(uri, table, i)) for i, (v, _) in rows.items()}
     check()
     new = data(5, dim, seed=34)

@@ -280,14 +280,14 @@ def test_reopen_after_close_returns_points_norms_and_weights(tmp_path):
     for a, b in zip(before, again.search(q, 10, alpha=-0.75), strict=True):
         np.testing.assert_array_equal(a, b)
     w = np.random.default_rng(0).uniform(0.5, 2.0, len(again)).astype(np.float32)
-    again.set_weights(w)
+    again.set_bases(w)
     again.close()
     third = QdrantEdgeNormIndex(tmp_path / "p", exact=True)
     ref = NormIndex(12)
     ref.add(x[keep], keep)
     ref.set_bases(w, keep)
     assert_same_top(*third.search(q, 10, alpha=1.0), *ref.search(q, 10, alpha=1.0))
-    third.clear_weights()
+    third.clear_bases()
     assert_same_top(*third.search(q, 10, alpha=1.0), *exact_search(x[keep], keep, q, 1.0))
     third.close()
 
@@ -429,11 +429,11 @@ def test_wrong_shapes_ids_and_parameters(small):
     with pytest.raises(UnknownIdError):
         ei.norm_of([999])
     with pytest.raises(InvalidInputError):
-        ei.set_weights(np.ones(59))
+        ei.set_bases(np.ones(59))
     with pytest.raises(InvalidInputError):
-        ei.set_weights(np.r_[np.ones(59), 0.0])
+        ei.set_bases(np.r_[np.ones(59), 0.0])
     with pytest.raises(InvalidInputError):
-        ei.add(x[:1], ids=[500], weights=[1.0])  # no custom weights set
+        ei.add(x[:1], ids=[500], bases=[1.0])  # no custom bases set
     for bad in ({"hnsw_ef": 0}, {"k_factor": 0}, {"m": True}, {"n_tail": -1}):
         with pytest.raises(InvalidParameterError):
             QdrantEdgeNormIndex(ei.path, **bad)
@@ -556,25 +556,25 @@ def test_set_weights_runs_the_core_weight_check(small, bad):
         ref.set_bases(w)
     before = ei.search(q, 5, alpha=-1.0)
     with pytest.raises(InvalidInputError):
-        ei.set_weights(w)
+        ei.set_bases(w)
     with pytest.raises(InvalidInputError):
-        ei.add(x[:1], weights=[bad])
+        ei.add(x[:1], bases=[bad])
     for a, b in zip(before, ei.search(q, 5, alpha=-1.0), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_clear_weights_clears_every_weight_and_the_shard_reopens(tmp_path):
-    """Item 7: clear_weights filtered on weight > 0 and left a stored 0.0 behind; it now deletes
-    the weight of every point, and a shard holding weights set_weights refuses is a typed error."""
+    """Item 7: clear_weights (now clear_bases) filtered on weight > 0 and left a stored 0.0 behind;
+    it now deletes the base of every point, and a shard holding bases set_bases refuses is a typed error."""
     import qdrant_edge as qe
 
     x, q = clustered(40, 3, d=8, seed=5)
     ei = QdrantEdgeNormIndex(tmp_path / "w", 8, exact=True)
     ids = ei.add(x)
-    ei.set_weights(np.r_[np.full(20, np.finfo(np.float32).tiny), np.full(20, 3e38)])  # the edges
+    ei.set_bases(np.r_[np.full(20, np.finfo(np.float32).tiny), np.full(20, 3e38)])  # the edges
     assert_same_top(*ei.search(q, 10, alpha=-16.0), *_weighted_ref(x, ids, ei._weights, q, -16.0))
     ei.shard.update(qe.UpdateOperation.set_payload([int(ids[0])], {"weight": 0.0}))  # as the old bug
-    ei.clear_weights()
+    ei.clear_bases()
     assert not any("weight" in (r.payload or {}) for r in ei.shard.retrieve(ids.tolist(), True, False))
     ei.close()
     again = QdrantEdgeNormIndex(tmp_path / "w", exact=True)
@@ -583,8 +583,38 @@ def test_clear_weights_clears_every_weight_and_the_shard_reopens(tmp_path):
     again.shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=int(i), vector=[1.0] * 8,
                        payload={"norm": 1.0, "weight": 0.0}) for i in ids]))  # fmt: skip
     again.close()
-    with pytest.raises(IndexStateError, match="custom weights"):
+    with pytest.raises(IndexStateError, match="custom bases"):
         QdrantEdgeNormIndex(tmp_path / "w")
+
+
+def test_weights_names_are_deprecated_aliases_of_bases(tmp_path):
+    """The old names (``set_weights`` / ``clear_weights`` / ``add(weights=)``) still work, each
+    with a DeprecationWarning, and do what the new ones do."""
+    x, q = clustered(120, 3, d=8, seed=13)
+    b = np.random.default_rng(14).lognormal(0, 1, 120).astype(np.float32)
+    new = QdrantEdgeNormIndex(tmp_path / "new", 8, exact=True)
+    old = QdrantEdgeNormIndex(tmp_path / "old", 8, exact=True)
+    new.add(x[:80])
+    old.add(x[:80])
+    new.set_bases(b[:80])
+    with pytest.warns(DeprecationWarning, match="QdrantEdgeNormIndex.set_bases"):
+        old.set_weights(b[:80])
+    new.add(x[80:], bases=b[80:])
+    with pytest.warns(DeprecationWarning, match="QdrantEdgeNormIndex.add\\(bases=\\)"):
+        old.add(x[80:], weights=b[80:])
+    np.testing.assert_array_equal(old.bases, new.bases)
+    np.testing.assert_array_equal(new.bases, b)
+    for got, want in zip(old.search(q, 10, alpha=0.7), new.search(q, 10, alpha=0.7), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(InvalidInputError, match="bases= only"):
+        new.add(x[:1], ids=[999], bases=b[:1], weights=b[:1])
+    new.clear_bases()
+    with pytest.warns(DeprecationWarning, match="QdrantEdgeNormIndex.clear_bases"):
+        old.clear_weights()
+    np.testing.assert_array_equal(old.bases, new.bases)
+    assert old._weights is None and new._weights is None
+    new.close()
+    old.close()
 
 
 def _weighted_ref(x, ids, w, q, alpha):
@@ -624,7 +654,7 @@ def test_powers_beyond_float32_saturate_as_in_normindex(tmp_path, norms, alpha, 
     assert_same_top(*ei.search(q, 10, alpha=alpha), *ref)
     s, got = ei.search(q, n, alpha=alpha)  # every document returned, with a real score
     assert (got >= 0).all() and np.isfinite(s).all()
-    ei.set_weights(norms(rng, n).astype(np.float32).clip(np.finfo(np.float32).tiny, 3e38))
+    ei.set_bases(norms(rng, n).astype(np.float32).clip(np.finfo(np.float32).tiny, 3e38))
     s, got = ei.search(q, n, alpha=alpha)
     assert (got >= 0).all() and np.isfinite(s).all()
     ei.close()

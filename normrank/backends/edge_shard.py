@@ -31,7 +31,9 @@ __all__ = [
 ]
 
 NORM = "norm"
-WEIGHT = "weight"  # custom weights (set_weights) live beside the norm, with their own index
+WEIGHT = (
+    "weight"  # the custom base (set_bases; "weight": its stored name) beside the norm, with its own index
+)
 _CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into the shard folder
 # normrank's own files in the shard folder (the engine leaves files it does not know alone).
 _LOCK_FILE = "normrank.lock"
@@ -165,17 +167,17 @@ class ShardMirror:
                 break
         have = [w is not None for w in weights]
         if any(have) and not all(have):
-            # set_weights is one update, so this is a shard written by something else.
+            # set_bases is one update, so this is a shard written by something else.
             raise IndexStateError(
-                f"{sum(have)} of {len(have)} points carry custom weights: call set_weights or "
-                "clear_weights on a shard opened elsewhere"
+                f"{sum(have)} of {len(have)} points carry custom bases: call set_bases or "
+                "clear_bases on a shard opened elsewhere"
             )
         w = None
         if ids and all(have):
-            try:  # the check set_weights runs: what is loaded is what could have been stored
-                w = as_weights(weights, len(weights), what=f"custom weights in {self.path}")
+            try:  # the check set_bases runs: what is loaded is what could have been stored
+                w = as_weights(weights, len(weights), what=f"custom bases in {self.path}")
             except InvalidInputError as e:
-                raise IndexStateError(f"{e} (not written by this version's set_weights)") from e
+                raise IndexStateError(f"{e} (not written by this version's set_bases)") from e
         self._set_mirror(np.array(ids, dtype=np.int64), np.array(norms, dtype=np.float32), w)
 
     def _set_mirror(self, ids: np.ndarray, norms: np.ndarray, weights: np.ndarray | None) -> None:

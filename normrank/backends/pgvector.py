@@ -1,8 +1,9 @@
 """``PgVectorNormIndex``: norm-weighted search ``cos(q, d) * ||d||**alpha`` inside PostgreSQL + pgvector.
 
 Each row holds the unit vector (``embedding vector(dim)``), the raw norm (``norm real``) and an
-optional custom weight (``weight real``, NULL unless :meth:`PgVectorNormIndex.set_weights` set
-it); ``coalesce(weight, norm)`` is the value alpha exponentiates, with a b-tree index on it. An
+optional custom base (column ``weight real``, its stored name: NULL unless
+:meth:`PgVectorNormIndex.set_bases` set it); ``coalesce(weight, norm)`` is the base alpha
+exponentiates (a search's weight is ``base**alpha``), with a b-tree index on it. An
 HNSW index with ``vector_ip_ops`` ranks the unit vectors by cosine.
 
 Search (``exact=False``) follows :mod:`normrank.search.ann`, with its sizes and bound test
@@ -18,7 +19,7 @@ read off the bound (a b-tree range). Both are exact up to what the HNSW index mi
 one REPEATABLE READ transaction with it, so every query's result is that of one committed state
 whatever other clients write meanwhile.
 
-Every ``add`` / ``remove`` / ``set_weights`` is one transaction: it commits whole or not at all.
+Every ``add`` / ``remove`` / ``set_bases`` is one transaction: it commits whole or not at all.
 Table and column names only ever reach SQL through ``psycopg.sql.Identifier``. docs/postgres.md
 shows the SQL migration of an existing pgvector table and the SQL function
 (:meth:`PgVectorNormIndex.install_sql_function`) for applications that query in SQL alone.
@@ -55,6 +56,8 @@ from normrank.validation import (
     as_positive_int,
     as_vectors,
     as_weights,
+    bases_argument,
+    deprecated,
     split_norms,
 )
 
@@ -384,9 +387,16 @@ class PgVectorNormIndex(Searches):
         return self._column("norm")[1]
 
     @property
+    def bases(self) -> np.ndarray:
+        """The per-document bases that alpha exponentiates (a search's weight is ``base**alpha``),
+        aligned with :attr:`ids`: the norms unless set by :meth:`set_bases`."""
+        return self._column("coalesce(weight, norm)")[1]  # column weight: the custom base
+
+    @property
     def weights(self) -> np.ndarray:
-        """The values alpha exponentiates, aligned with :attr:`ids`: the norms unless set otherwise."""
-        return self._column("coalesce(weight, norm)")[1]
+        """Deprecated: :attr:`bases` (the values before the power, not the weights ``base**alpha``)."""
+        deprecated("PgVectorNormIndex.weights", "PgVectorNormIndex.bases")
+        return self.bases
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
         """Raw norms of ``ids`` (float32); raises :class:`UnknownIdError` for an id not present."""
@@ -431,19 +441,25 @@ class PgVectorNormIndex(Searches):
         return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._t)).fetchone()[0])
 
     def add(
-        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+        self,
+        x: ArrayLike,
+        ids: ArrayLike | None = None,
+        *,
+        bases: ArrayLike | None = None,
+        weights: ArrayLike | None = None,
     ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids (default: after the largest).
 
         One transaction: every row is committed when this returns, or none. An id already in
-        the table raises :class:`DuplicateIdError`; with custom weights set, ``weights`` for
-        the new rows are required. A bulk add (>= 1,000 rows, more than the table holds)
+        the table raises :class:`DuplicateIdError`; with custom bases set (:meth:`set_bases`),
+        ``bases`` for the new rows are required (``weights``: its deprecated name). A bulk add (>= 1,000 rows, more than the table holds)
         rebuilds the HNSW index in the same transaction, faster than row-by-row inserts;
         searches by other clients wait for it to commit.
         """
+        bases = bases_argument(bases, weights, "PgVectorNormIndex")
         unit, norms = split_norms(as_vectors(x, self.dim))
         n = unit.shape[0]
-        w = None if weights is None else as_weights(weights, n)
+        w = None if bases is None else as_weights(bases, n, what="bases")
         given = None if ids is None else as_ids(ids, n)
         sql = _sql()
 
@@ -451,9 +467,9 @@ class PgVectorNormIndex(Searches):
             self._lock_table(conn)
             custom = self._custom(conn)
             if custom and w is None and n:
-                raise InvalidInputError("this table has custom weights: pass weights= for the new rows")
+                raise InvalidInputError("this table has custom bases: pass bases= for the new rows")
             if w is not None and not custom:
-                raise InvalidInputError("weights= is for a table with custom weights (set_weights first)")
+                raise InvalidInputError("bases= is for a table with custom bases (set_bases first)")
             if given is None:
                 top = self._next_id(conn)
                 new_ids = np.arange(top, top + n, dtype=np.int64)
@@ -467,6 +483,7 @@ class PgVectorNormIndex(Searches):
                     raise DuplicateIdError(f"ids already in {self.table}: {[r[0] for r in present]}")
             if n == 0:
                 return new_ids
+            # column weight holds the custom base (NULL: the norm is the base)
             copy = sql.SQL("COPY {} (id, embedding, norm, weight) FROM STDIN WITH (FORMAT BINARY)").format(
                 self._t
             )
@@ -517,10 +534,11 @@ class PgVectorNormIndex(Searches):
             self._n -= out
             return out
 
-    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Score by ``cos * w**alpha`` with your own per-document ``w`` (one transaction).
+    def set_bases(self, bases: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Score by ``cos * base**alpha`` with your own per-document ``base`` instead of the norm
+        (one transaction; stored in the column ``weight``).
 
-        ``weights`` align with ``ids`` (default: :attr:`ids`, ascending) and must cover every row.
+        ``bases`` align with ``ids`` (default: :attr:`ids`, ascending) and must cover every row.
         """
         sql = _sql()
         arr = None if ids is None else as_ids(ids)
@@ -531,9 +549,9 @@ class PgVectorNormIndex(Searches):
             target = np.array(have, dtype=np.int64) if arr is None else arr
             if target.size != len(have) or (arr is not None and set(arr.tolist()) != set(have)):
                 raise InvalidInputError(
-                    f"weights must cover all {len(have)} documents of {self.table}, got {target.size} ids"
+                    f"bases must cover all {len(have)} documents of {self.table}, got {target.size} ids"
                 )
-            w = as_weights(weights, target.size)
+            w = as_weights(bases, target.size, what="bases")
             conn.execute(
                 sql.SQL(
                     "UPDATE {t} SET weight = u.w FROM unnest(%s::bigint[], %s::real[]) AS u(id, w) WHERE {t}.id = u.id"
@@ -547,7 +565,7 @@ class PgVectorNormIndex(Searches):
 
         self._run(update)
 
-    def clear_weights(self) -> None:
+    def clear_bases(self) -> None:
         """Score by the norms again (one transaction)."""
         sql = _sql()
 
@@ -560,6 +578,16 @@ class PgVectorNormIndex(Searches):
             )
 
         self._run(update)
+
+    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Deprecated: :meth:`set_bases` (the values before the power, not the weights ``base**alpha``)."""
+        deprecated("PgVectorNormIndex.set_weights", "PgVectorNormIndex.set_bases")
+        self.set_bases(weights, ids)
+
+    def clear_weights(self) -> None:
+        """Deprecated: :meth:`clear_bases`."""
+        deprecated("PgVectorNormIndex.clear_weights", "PgVectorNormIndex.clear_bases")
+        self.clear_bases()
 
     # -- SQL function ---------------------------------------------------------------------------
 

@@ -85,6 +85,8 @@ from normrank.validation import (
     as_positive_int,
     as_vectors,
     as_weights,
+    bases_argument,
+    deprecated,
     split_norms,
 )
 
@@ -95,8 +97,8 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     """A Qdrant Edge shard searched by ``cos(q, d) * ||d||**alpha``; API as :class:`normrank.NormIndex`.
 
     Args:
-        path: the shard folder. An existing shard is opened (its points, norms and custom
-            weights come back); otherwise one is created there (``dim`` required).
+        path: the shard folder. An existing shard is opened (its points, norms and
+            custom bases come back); otherwise one is created there (``dim`` required).
         dim: vector dimension (read from the shard when opening one; checked if given).
         alpha: default exponent (``search(..., alpha=)`` overrides it, per query if wanted).
         m / ef_construct: HNSW graph parameters, fixed when the shard is created.
@@ -118,12 +120,12 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     The HNSW graph is built by :meth:`optimize` (Qdrant Edge runs no background optimizer);
     segments without one are scanned exactly. ``search`` returns ``(scores, ids)``: float32 /
     int64 ``(nq, k)``, padded with ``-inf`` / ``-1``. Ids are non-negative integers.
-    Every ``add`` / ``remove`` / ``set_weights`` is one engine update, written to the shard's
+    Every ``add`` / ``remove`` / ``set_bases`` is one engine update, written to the shard's
     write-ahead log before it returns: after :meth:`close`, or a crash, reopening the folder
     returns every acknowledged point with its norm.
 
     As NormIndex: one opener at a time (a second gets :class:`IndexStateError`, the first is
-    untouched); default ids never reuse a removed id, after a reopen too; ids, weights and
+    untouched); default ids never reuse a removed id, after a reopen too; ids, bases and
     integer options go through the core's checks (:mod:`normrank.validation`), and powers
     ``w**alpha`` beyond float32 saturate by the core's rule
     (:func:`normrank.search.norm_band.powered`) rather than failing in the engine.
@@ -254,6 +256,13 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             return self._ids.copy()
 
     @property
+    def bases(self) -> np.ndarray:
+        """The per-document bases that alpha exponentiates (a search's weight is ``base**alpha``),
+        aligned with :attr:`ids`: the norms unless set by :meth:`set_bases` (a copy)."""
+        with self._lock:
+            return self._base().copy()
+
+    @property
     def shard(self) -> Any:
         """The ``qdrant_edge.EdgeShard`` (read it; writing to it directly desynchronises)."""
         return self._shard
@@ -330,18 +339,25 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             raise IndexStateError(f"Qdrant Edge refused the update: {e}") from e
 
     def add(
-        self, x: ArrayLike, ids: ArrayLike | None = None, *, weights: ArrayLike | None = None
+        self,
+        x: ArrayLike,
+        ids: ArrayLike | None = None,
+        *,
+        bases: ArrayLike | None = None,
+        weights: ArrayLike | None = None,
     ) -> np.ndarray:
         """Add raw vectors ``x`` (n, dim); returns their int64 ids (default: after the largest id
         ever held, so never a removed one, after a reopen too).
 
         One engine update: the whole batch is in the shard's log when this returns, or none of
-        it. With custom weights set, ``weights`` for the new rows are required.
+        it. With custom bases set (:meth:`set_bases`), ``bases`` for the new rows are required
+        (``weights``: its deprecated name).
         """
+        bases = bases_argument(bases, weights, "QdrantEdgeNormIndex")
         qe = edge_module()
         unit, norms = split_norms(as_vectors(x, self.dim))
         n = unit.shape[0]
-        w = None if weights is None else as_weights(weights, n)
+        w = None if bases is None else as_weights(bases, n, what="bases")
         with self._lock:
             self._check_open()
             start = self._next_id
@@ -350,9 +366,9 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             if present:
                 raise DuplicateIdError(f"ids already in the shard: {present[:10]}")
             if self._weights is not None and w is None and n:
-                raise InvalidInputError("this index has custom weights: pass weights= for the new rows")
+                raise InvalidInputError("this index has custom bases: pass bases= for the new rows")
             if w is not None and self._weights is None:
-                raise InvalidInputError("weights= is for an index with custom weights (set_weights first)")
+                raise InvalidInputError("bases= is for an index with custom bases (set_bases first)")
             if n == 0:
                 return new_ids
             points = [
@@ -387,21 +403,20 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                 )
             return int(arr.size)
 
-    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
-        """Score by ``cos * w**alpha`` with your own per-document ``w``, covering every document
-        (aligned with ``ids``, default :attr:`ids` order). Stored in the shard (one update)."""
+    def set_bases(self, bases: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Score by ``cos * base**alpha`` with your own per-document ``base`` instead of the norm,
+        covering every document (aligned with ``ids``, default :attr:`ids` order). Stored in the
+        shard (one update; payload field ``weight``, its stored name)."""
         qe = edge_module()
         with self._lock:
             self._check_open()
             if ids is None:
-                order, w = self._ids, as_weights(weights, self.ntotal)
+                order, w = self._ids, as_weights(bases, self.ntotal, what="bases")
             else:
                 order = as_ids(ids)
                 if order.size != self.ntotal:
-                    raise InvalidInputError(
-                        f"weights must cover all {self.ntotal} documents, got {order.size}"
-                    )
-                w = as_weights(weights, order.size)
+                    raise InvalidInputError(f"bases must cover all {self.ntotal} documents, got {order.size}")
+                w = as_weights(bases, order.size, what="bases")
             full = np.empty(self.ntotal, dtype=np.float32)
             full[self._positions(order)] = w
             points = [
@@ -413,14 +428,25 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             self._update(qe.UpdateOperation.upsert_points(points))
             self._set_mirror(self._ids, self._norms, full)
 
-    def clear_weights(self) -> None:
-        """Score by the norms again: the weight is deleted from every point (one update)."""
+    def clear_bases(self) -> None:
+        """Score by the norms again: the custom base (payload ``weight``) is deleted from every
+        point (one update)."""
         qe = edge_module()
         with self._lock:
             self._check_open()
             if self._weights is not None and self._ids.size:
                 self._update(qe.UpdateOperation.delete_payload(self._ids.tolist(), [WEIGHT]))
             self._set_mirror(self._ids, self._norms, None)
+
+    def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
+        """Deprecated: :meth:`set_bases` (the values before the power, not the weights ``base**alpha``)."""
+        deprecated("QdrantEdgeNormIndex.set_weights", "QdrantEdgeNormIndex.set_bases")
+        self.set_bases(weights, ids)
+
+    def clear_weights(self) -> None:
+        """Deprecated: :meth:`clear_bases`."""
+        deprecated("QdrantEdgeNormIndex.clear_weights", "QdrantEdgeNormIndex.clear_bases")
+        self.clear_bases()
 
     # -- search -------------------------------------------------------------------------------
 

