@@ -1,6 +1,6 @@
 """The Qdrant Edge backend's storage (:class:`~normrank.backends.qdrant_edge.QdrantEdgeNormIndex`):
 the shard folder (its config, the lock that keeps a second opener out, the next default id), the
-in-memory mirror of the shard's ids, norms and custom weights, and what searches derive from that
+in-memory mirror of the shard's ids, norms and custom bases, and what searches derive from that
 mirror (weight order, saturated powers, bands), kept until it changes.
 """
 

@@ -63,7 +63,7 @@ from normrank.validation import (
 
 __all__ = ["REGISTRY", "PgVectorNormIndex"]
 
-#: The table that lists normrank's tables (one row per table: its oid, dim, custom weights).
+#: The table that lists normrank's tables (one row per table: its oid, dim, whether custom bases are set: column custom_weights).
 REGISTRY = "normrank_tables"
 # 2: the generation trigger (pgvector_band); 3: the next-id triggers (pgvector_sql.next_id_tracking).
 # A table of an older format gets them when reopened.
