@@ -150,10 +150,11 @@ def compare_results(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str]
     return differences, within_ulp
 
 
-def _run_tree(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _run_tree(tree: Path, out: Path, args: argparse.Namespace, settings: list[str]) -> dict[str, Any]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(dict.fromkeys(_THREAD_VARS, "1"), PYTHONPATH=str(tree))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(out), "--n", str(args.n)]
+    cmd += [f"--set={item}" for item in settings]
     cmd += ["--n-single", str(args.n_single), "--seed", str(args.seed)]
     cmd += ["--kinds", *args.kinds, "--alphas", *map(str, args.alphas)]
     subprocess.run(cmd, env=env, check=True, cwd=tempfile.gettempdir())
@@ -178,9 +179,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=list(KINDS))
     parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument("--out", type=Path, help="write the table (markdown) here too")
+    parser.add_argument(
+        "--new-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set normrank.settings.NAME in the new tree's runs (e.g. CACHE_FRACTION=inf, "
+        "FLAT_BATCH_ROWS_PER_EF=0: its methods as the old tree's, to compare a refactor alone)",
+    )
+    parser.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
+        from normrank import settings
+
+        for item in args.set:
+            name, _, value = item.partition("=")
+            if not hasattr(settings, name):
+                parser.error(f"normrank.settings has no {name} in this tree")
+            setattr(settings, name, type(getattr(settings, name))(float(value)))
         got = workload(
             n=args.n,
             n_single=args.n_single,
@@ -198,7 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                runs[side].append(_run_tree(trees[side], Path(tmp) / f"{side}-{r}.json", args))
+                runs[side].append(
+                    _run_tree(
+                        trees[side],
+                        Path(tmp) / f"{side}-{r}.json",
+                        args,
+                        args.new_setting if side == "new" else [],
+                    )
+                )
     # Each side against its own first round (the runs are deterministic), then old against new.
     pairs = [(f"old round {r}", runs["old"][0], got) for r, got in enumerate(runs["old"][1:], 1)]
     pairs += [(f"new round {r}", runs["new"][0], got) for r, got in enumerate(runs["new"][1:], 1)]

@@ -19,6 +19,9 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "FLAT_BATCH_MAX_WORK",
+    "FLAT_BATCH_MIN_QUERIES",
+    "FLAT_BATCH_ROWS_PER_EF",
     "PG_CLIENT_CACHE_BYTES",
     "PROGRESS_LINE_FRACTION",
     "PROGRESS_LINE_MIN_SECONDS",
@@ -92,6 +95,18 @@ SCAN_CODES_BYTES = 32 << 20
 # 16: ~1.8M rows at 64 MiB; normrank.backends.pgvector_band.client_reserve) do not fit is searched
 # with the band scored in SQL. Read at each copy's (re-)read (0: always the SQL band).
 PG_CLIENT_CACHE_BYTES = 64 << 20
+
+# A batch on a small HNSW over float32 storage (no removed documents) runs the exact flat product
+# over FAISS's storage instead of candidates + scan (normrank.search.plan.plan_search, method
+# "flat", exact over the whole collection) when it has at least FLAT_BATCH_MIN_QUERIES queries
+# (FAISS's own flat search turns to BLAS at 20), at most FLAT_BATCH_ROWS_PER_EF stored rows per
+# unit of efSearch (the product costs n d a query, the beam about efSearch d) and at most
+# FLAT_BATCH_MAX_WORK multiply-adds a query (n d: 50k x 384, the largest measured). Measured by
+# benchmarks/small_flat.py (ratios in plan_search's docstring). Read at each search;
+# FLAT_BATCH_ROWS_PER_EF = 0 turns it off.
+FLAT_BATCH_MIN_QUERIES = 20
+FLAT_BATCH_ROWS_PER_EF = 320
+FLAT_BATCH_MAX_WORK = 50_000 * 384
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 DATA_ROOT = Path(os.environ.get("NORMRANK_DATA", REPO.parent / "shared" / "data" / "beir"))
 README_MAX_LINES = 250
+GUIDE_MAX_LINES = 250
 QUICKSTART_WITHIN = 60
 BLOCK_TIMEOUT_S = 60  # per block, summed over the blocks run
 
@@ -198,6 +199,14 @@ def test_markers_are_known_and_skips_give_a_reason():
         else:
             problems.append(f"{b.name}: unknown docs-test marker {m!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_index_guide_reads_in_ten_minutes():
+    # issue 47: docs/index_and_speed.md is a guide (what to pick, what it costs), not a log.
+    lines = (REPO / "docs" / "index_and_speed.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= GUIDE_MAX_LINES, (
+        f"docs/index_and_speed.md has {len(lines)} lines (at most {GUIDE_MAX_LINES})"
+    )
 
 
 def test_readme_is_short_with_the_quickstart_first():

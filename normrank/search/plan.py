@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from normrank import settings
+
 __all__ = ["ANY_WEIGHTED_ALPHA", "METHODS", "SearchOptions", "SearchPlan", "SearchStats", "plan_search"]
 
 #: What a search can run, as :attr:`SearchPlan.method` names it (and ``SearchStats.path``
@@ -149,16 +151,6 @@ class SearchStats:
         self.widened += part.widened
 
 
-# The exact flat product over an HNSW's float32 storage replaces the scan for a batch of at least
-# this many queries (FAISS's own flat search switches to BLAS at 20: distance_compute_blas_threshold),
-_FLAT_MIN_NQ = 20
-# over at most this many stored rows per unit of efSearch (the flat product costs n d, the beam
-# about efSearch d: their ratio decides; see plan_search),
-_FLAT_ROWS_PER_EF = 320
-# and at most this many multiply-adds per query (n * d: 50k x 384, the largest measured).
-_FLAT_MAX_WORK = 50_000 * 384
-
-
 def plan_search(
     options: SearchOptions,
     n: int,
@@ -177,7 +169,8 @@ def plan_search(
       alpha = 0 (the index's own ranking: ``k`` cosines, fetched deeper only to refill the
       places removed documents took); ``"flat"`` also for a batch on a small HNSW whose
       storage is float32 rows with no removed document (``flat_rows``): at least 20 queries
-      (``nq``), ``n <= 320 x efSearch`` and ``n x dim <= 50k x 384``: every stored row scored
+      (``nq``), ``n <= 320 x efSearch`` and ``n x dim <= 50k x 384`` (the ``FLAT_BATCH_*``
+      settings; ``FLAT_BATCH_ROWS_PER_EF = 0``: never): every stored row scored
       by FAISS's BLAS, exact over the whole collection. Measured (benchmarks/small_flat.py,
       batches interleaved with plain FAISS on 2 shared AMD EPYC cores, load 5.7-8.5; ratios
       to plain HNSW32): efSearch 64, nq 100: 3k generated flat 0.53-1.17 against the scan's
@@ -224,9 +217,9 @@ def plan_search(
     if (
         flat_rows
         and ef is not None
-        and nq >= _FLAT_MIN_NQ
-        and n <= _FLAT_ROWS_PER_EF * ef
-        and n * dim <= _FLAT_MAX_WORK
+        and nq >= settings.FLAT_BATCH_MIN_QUERIES
+        and n <= settings.FLAT_BATCH_ROWS_PER_EF * ef
+        and n * dim <= settings.FLAT_BATCH_MAX_WORK
     ):
         return SearchPlan(k=k, depth=n, trust=n, band=n, ef=ef, method="flat")
     if "efSearch" in params:
