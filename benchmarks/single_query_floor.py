@@ -223,11 +223,11 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
                         stats=stats_all[i])  # fmt: skip
 
     def whole_rows_only(i: int) -> None:  # the same call, its scan reading float rows, no int8 codes
-        budget, order._codes_bytes = order._codes_bytes, 0
+        budget, order._scan_codes_bytes = order._scan_codes_bytes, 0
         try:
             ni.search(q[i : i + 1], K, alpha=a)
         finally:
-            order._codes_bytes = budget
+            order._scan_codes_bytes = budget
 
     fns = {
         "plain": lambda i: plain.search(uq[i : i + 1], K),

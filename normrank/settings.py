@@ -22,6 +22,7 @@ __all__ = [
     "FLAT_BATCH_MAX_WORK",
     "FLAT_BATCH_MIN_QUERIES",
     "FLAT_BATCH_ROWS_PER_EF",
+    "FLOAT_ROWS_MIN_CACHE_BYTES",
     "PG_CLIENT_CACHE_BYTES",
     "PROGRESS_LINE_FRACTION",
     "PROGRESS_LINE_MIN_SECONDS",
@@ -69,6 +70,14 @@ PROGRESS_LINE_MIN_SECONDS = 1.0
 # absolute caps only; 0: every cache off but the alpha in use's weights. Read at each index
 # state's first search, so it can be set at run time.
 CACHE_FRACTION = 0.05
+# ... but at least this many bytes where FAISS keeps float32 rows (HNSW over flat storage,
+# IVF-Flat): there the scan codes and prefix copy are what single queries read first, and 5% of
+# a small index starves them (20k x 384 HNSW32 ef 64, alpha in +-0.5, +-1, one query: 2.4-3.4x
+# plain with the caps, 3.1-7.2x at 5% (1.7 MiB), 2.7-3.7x with this floor; quiet 2-core AMD EPYC,
+# benchmarks/single_query_floor.py). From ~92k such documents (384-d) 5% is more, so the floor
+# changes nothing at the sizes the memory goal is stated for (100k-200k). Not for SQ / PQ codes:
+# a user who chose them for memory gets the fraction alone. 0: no floor.
+FLOAT_ROWS_MIN_CACHE_BYTES = 8 << 20
 # Per-α weights w**α kept per index (normrank.search.cache.SearchCache): a few α are typical per
 # application, and each entry costs one float per document; at most this many entries, and at
 # most SEARCH_CACHE_BYTES for all of them (the one in use is always kept).

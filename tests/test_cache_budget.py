@@ -66,6 +66,28 @@ def test_budget_is_a_fraction_of_the_index_within_the_caps(monkeypatch):
             cache_budget(1000)
 
 
+FLOAT_ROWS = ("HNSW16", "IVF16,Flat")  # FAISS keeps float32 rows: the budget's floor applies
+
+
+@pytest.mark.parametrize("kind", ["Flat", "HNSW16", "IVF16,Flat", "IVF16,PQ8", "HNSW16,SQ8"])
+def test_the_floor_applies_to_float_rows_only(kind, monkeypatch):
+    """A small index of float32 rows gets FLOAT_ROWS_MIN_CACHE_BYTES (its scan's fast path);
+    flat storage (no scan) and SQ / PQ codes get the fraction of FAISS's bytes alone."""
+    rng = np.random.default_rng(7)
+    idx = _filled(kind, clustered(3000, D, rng))
+    got = idx.search(clustered(2, D, rng), 10, alpha=0.5, return_stats=True)[2].cache_budget_bytes
+    share = settings.CACHE_FRACTION * index_bytes(idx.faiss_index)
+    assert share < settings.FLOAT_ROWS_MIN_CACHE_BYTES  # small: the floor decides where it applies
+    if kind in FLOAT_ROWS:
+        assert got == settings.FLOAT_ROWS_MIN_CACHE_BYTES
+    else:
+        assert got <= share
+    monkeypatch.setattr(settings, "FLOAT_ROWS_MIN_CACHE_BYTES", 0)
+    idx.add(clustered(1, D, rng))  # a new state: its budget is read again
+    again = idx.search(clustered(2, D, rng), 10, alpha=0.5, return_stats=True)[2].cache_budget_bytes
+    assert again <= settings.CACHE_FRACTION * index_bytes(idx.faiss_index)
+
+
 @pytest.mark.parametrize("kind", ["Flat", "HNSW16", "IVF16,Flat", "IVF16,PQ8", "HNSW16,SQ8"])
 def test_caches_stay_within_the_reported_budget(kind):
     """After batches and single queries at several alphas: ``cache_budget_bytes`` is the
@@ -80,9 +102,10 @@ def test_caches_stay_within_the_reported_budget(kind):
         stats = idx.search(q, 10, alpha=alpha, return_stats=True)[2]
         one = idx.search(q[0], 10, alpha=alpha, return_stats=True)[2]
         cache = idx._cache
-        want = cache_budget(index_bytes(idx.faiss_index), scans=kind != "Flat")
+        floor = settings.FLOAT_ROWS_MIN_CACHE_BYTES if kind in FLOAT_ROWS else 0
+        want = cache_budget(index_bytes(idx.faiss_index), scans=kind != "Flat", floor=floor)
         assert stats.cache_budget_bytes == one.cache_budget_bytes == want.total
-        assert want.total <= settings.CACHE_FRACTION * index_bytes(idx.faiss_index)
+        assert want.total <= max(settings.CACHE_FRACTION * index_bytes(idx.faiss_index), floor)
         weights = sum(p.nbytes for p in cache.powers.values())
         assert alpha in cache.powers and weights <= max(want.weights, 4 * n)
         prefix = sum(o._prefix.nbytes for o in cache.orders.values() if o._prefix is not None)

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 import normrank.validation as check
+from normrank import settings
 from normrank.errors import IndexStateError, InvalidInputError, UnsupportedIndexError
 from normrank.index.doc_table import DocTable
 from normrank.index.fair_lock import FairLock
@@ -24,6 +25,7 @@ from normrank.index.wrap import new_faiss_index, state_from_faiss
 from normrank.search.cache import CacheBudget, SearchCache, cache_budget
 from normrank.search.faiss_info import (
     breadth_knobs,
+    holds_float_rows,
     index_bytes,
     inner_index,
     keeps_removed,
@@ -356,7 +358,9 @@ class NormIndex(SearchKnobs):
     def _cache_budget(self) -> CacheBudget:
         """The search caches' budget of this state (asked under the lock, at its first search):
         a fraction of what FAISS holds for the index (:func:`normrank.search.cache.cache_budget`)."""
-        return cache_budget(index_bytes(self._index), scans=not isinstance(self._inner, faiss.IndexFlat))
+        scans = not isinstance(self._inner, faiss.IndexFlat)
+        floor = settings.FLOAT_ROWS_MIN_CACHE_BYTES if scans and holds_float_rows(self._inner) else 0
+        return cache_budget(index_bytes(self._index), scans=scans, floor=floor)
 
     def _one_query(self) -> OneQuery | bool:
         """The latency case bound to this state, or False where :meth:`search` never takes it

@@ -48,14 +48,15 @@ class CacheBudget:
         return self.weights + self.prefix + self.codes
 
 
-def cache_budget(index_bytes: int | None, *, scans: bool = True) -> CacheBudget:
+def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0) -> CacheBudget:
     """The budget of an index holding ``index_bytes`` in FAISS
     (:func:`normrank.search.faiss_info.index_bytes`; None: the absolute caps only):
     :data:`~normrank.settings.CACHE_FRACTION` of it, a quarter to the weights, a quarter to the
     prefix copy, a half to the codes (a row's codes are a quarter of its bytes, and what single
     queries read), each within its cap (``SEARCH_CACHE_BYTES``, ``SCAN_PREFIX_BYTES``,
     ``SCAN_CODES_BYTES``). ``scans=False`` (flat storage: no weight-order scan): all of it to
-    the weights."""
+    the weights. ``floor``: the least the scanning budget is before the split (an index of float32
+    rows: :data:`~normrank.settings.FLOAT_ROWS_MIN_CACHE_BYTES`)."""
     caps = (int(settings.SEARCH_CACHE_BYTES), int(settings.SCAN_PREFIX_BYTES), int(settings.SCAN_CODES_BYTES))
     if min(caps) < 0:
         raise InvalidParameterError(f"cache caps must be >= 0 bytes, got {caps}")
@@ -68,6 +69,7 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True) -> CacheBudget:
     share = fraction * max(int(index_bytes), 0)
     if not scans:
         return CacheBudget(min(caps[0], int(share)), 0, 0)
+    share = max(share, max(int(floor), 0))
     return CacheBudget(
         min(caps[0], int(share / 4)), min(caps[1], int(share / 4)), min(caps[2], int(share / 2))
     )

@@ -26,6 +26,7 @@ __all__ = [
     "can_remove",
     "flat_storage",
     "hashed_if_hidden",
+    "holds_float_rows",
     "index_bytes",
     "inner_index",
     "is_gpu",
@@ -151,6 +152,14 @@ def index_bytes(index: faiss.Index) -> int:
         if isinstance(sq, faiss.ScalarQuantizer):
             total += 4 * sq.trained.size()
     return int(total)
+
+
+def holds_float_rows(inner: faiss.Index) -> bool:
+    """Whether FAISS keeps ``inner``'s vectors as float32 rows a scan reads as they are: an HNSW
+    over flat storage, or an IVF-Flat (not SQ / PQ codes, not flat storage searched whole)."""
+    if isinstance(inner, faiss.IndexHNSW):
+        return isinstance(faiss.downcast_index(inner.storage), faiss.IndexFlat)
+    return isinstance(faiss.downcast_index(inner), faiss.IndexIVFFlat)
 
 
 def can_remove(index: faiss.Index) -> bool:
