@@ -131,11 +131,11 @@ def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStat
     only while removed documents (HNSW tombstones) take places among them."""
     k, fetch = plan.k, plan.depth
     stats.path = plan.method
+    stats.certified = np.ones(unit_q.shape[0], dtype=bool)  # the index's own ranking of its candidates
     while True:
         stats.rounds, stats.depth = stats.rounds + 1, max(stats.depth, fetch)
         cos, cand_ids = _search(index, unit_q, fetch, plan.ef)
         pos = lookup(cand_ids)
-        stats.certified = np.ones(unit_q.shape[0], dtype=bool)  # the index's own ranking of its candidates
         if (pos >= 0).all():
             return cos[:, :k], pos[:, :k]
         if not ((pos < 0) & (cand_ids >= 0)).any():
@@ -170,22 +170,18 @@ def rerank(
     depth = cos.shape[1]
     stats.rounds, stats.depth, stats.path = 1, max(stats.depth, depth), plan.method
     scan = order if plan.method == "scan" else None
+
+    def bound_held(kth, n_seen, w_range):  # the certificate of a search that scans nothing
+        return _bound_held(kth, cos, cand_ids, plan, weights=weights, w_range=w_range, n_seen=n_seen,
+                           dim=unit_q.shape[1])  # fmt: skip
+
     if unit_q.shape[0] == 1 and depth >= k:
         got = _rerank_one(
             cos[0], cand_ids[0], unit_q[0], plan, weights=weights, lookup=lookup, order=scan, stats=stats
         )
         if got is not None:
             if scan is None:  # (a scan records its own certificate)
-                stats.certified = _bound_held(
-                    got[0][None, -1],
-                    cos,
-                    cand_ids,
-                    plan,
-                    weights=weights,
-                    w_range=weight_range,
-                    n_seen=depth,
-                    dim=unit_q.shape[1],
-                )
+                stats.certified = bound_held(got[0][None, -1], depth, weight_range)
             return got[0][None], got[1][None]
     pos = lookup(cand_ids)
     valid = pos >= 0
@@ -193,35 +189,18 @@ def rerank(
     # FAISS pads with -FLT_MAX: zero those before multiplying so nothing overflows.
     rescored = np.where(valid, np.where(valid, cos, 0) * weights[safe], -np.inf).astype(np.float32)
     top_s, top_p = _select(rescored, pos, k)
+    n_seen = valid.sum(axis=1)
     if scan is None or not depth:
-        stats.certified = _bound_held(
-            top_s[:, -1],
-            cos,
-            cand_ids,
-            plan,
-            weights=weights,
-            w_range=weight_range,
-            n_seen=valid.sum(axis=1),
-            dim=unit_q.shape[1],
-        )
+        stats.certified = bound_held(top_s[:, -1], n_seen, weight_range)
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
     trusted_cosine = cos[:, trust - 1].astype(np.float64)
     exhausted = cand_ids[:, -1] < 0  # the index had fewer than `depth` candidates to give
     # A trusted rank the index left empty bounds nothing, unless every document was returned.
-    provable = (cand_ids[:, trust - 1] >= 0) | (valid.sum(axis=1) >= weights.size)
+    provable = (cand_ids[:, trust - 1] >= 0) | (n_seen >= weights.size)
     if unit_q.shape[0] == 1:
         if exhausted[0]:  # nothing scanned: the bound on the candidates alone
-            stats.certified = _bound_held(
-                top_s[:, -1],
-                cos,
-                cand_ids,
-                plan,
-                weights=weights,
-                w_range=(scan.w_min(weights), scan.w_max(weights)),
-                n_seen=valid.sum(axis=1),
-                dim=unit_q.shape[1],
-            )
+            stats.certified = bound_held(top_s[:, -1], n_seen, (scan.w_min(weights), scan.w_max(weights)))
             return top_s, top_p
         s, p = _scan_one(unit_q[0], (top_s[0], top_p[0]), pos[0][valid[0]], float(trusted_cosine[0]),
                          weights=weights, order=scan, band=plan.band, stats=stats)  # fmt: skip

@@ -63,13 +63,15 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0)
     fraction = settings.CACHE_FRACTION
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not fraction >= 0:
         raise InvalidParameterError(f"settings.CACHE_FRACTION must be a number >= 0, got {fraction!r}")
+    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+        raise InvalidParameterError(f"settings.FLOAT_ROWS_MIN_CACHE_BYTES must be an int >= 0, got {floor!r}")
     if index_bytes is None or math.isinf(fraction):
         weights, prefix, codes = caps
         return CacheBudget(weights, prefix, codes) if scans else CacheBudget(weights, 0, 0)
     share = fraction * max(int(index_bytes), 0)
     if not scans:
         return CacheBudget(min(caps[0], int(share)), 0, 0)
-    share = max(share, max(int(floor), 0))
+    share = max(share, floor)
     return CacheBudget(
         min(caps[0], int(share / 4)), min(caps[1], int(share / 4)), min(caps[2], int(share / 2))
     )
