@@ -48,7 +48,12 @@ from normrank.search import ann  # noqa: E402
 from normrank.search.bound import cosine_slack, unseen_can_beat, weight_limit  # noqa: E402
 from normrank.search.faiss_info import ann_params  # noqa: E402
 from normrank.search.plan import SearchOptions, SearchStats, plan_search  # noqa: E402
-from normrank.search.scan_codes import CHUNK, QueryCodes, ScanCodes  # noqa: E402
+from normrank.search.scan_codes import (  # noqa: E402
+    CHUNK,
+    BytePool,
+    QueryCodes,
+    ScanCodes,
+)
 from normrank.search.searcher import _ann_inputs  # noqa: E402
 
 ALPHAS = (-1.0, -0.5, 0.5, 1.0)
@@ -223,11 +228,11 @@ def alpha_row(ni, target, ux, q, uq, cos_all, norms, a: float, passes: int) -> d
                         stats=stats_all[i])  # fmt: skip
 
     def whole_rows_only(i: int) -> None:  # the same call, its scan reading float rows, no int8 codes
-        budget, order._scan_codes_bytes = order._scan_codes_bytes, 0
+        pool, order._codes_pool = order._codes_pool, BytePool(0)
         try:
             ni.search(q[i : i + 1], K, alpha=a)
         finally:
-            order._scan_codes_bytes = budget
+            order._codes_pool = pool
 
     fns = {
         "plain": lambda i: plain.search(uq[i : i + 1], K),

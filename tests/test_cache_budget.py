@@ -15,6 +15,8 @@ from normrank import NormIndex, settings
 from normrank.errors import InvalidParameterError
 from normrank.search.cache import CacheBudget, cache_budget
 from normrank.search.faiss_info import index_bytes
+from normrank.search.scan_codes import CHUNK, BytePool, ScanCodes
+from normrank.search.weight_order import WeightOrder
 
 D = 32
 ALPHAS = (-1.0, -0.5, 0.5, 1.0, 2.0)
@@ -136,3 +138,34 @@ def test_results_do_not_depend_on_the_budget(kind, monkeypatch):
     if kind == "Flat":  # exact (the ANN kinds: exact w.r.t. the trusted depth, the same whatever the budget)
         for alpha, (s, i) in zip(ALPHAS, got[0.05][: len(ALPHAS)], strict=True):
             assert_same_topk(*brute_force(x, q, alpha), s, i, 10, tol=2e-5)
+
+
+class _Rows:
+    """Float32 rows by position (what a weight order reads through a row source)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+    def gather(self, pos: np.ndarray) -> np.ndarray:
+        return self.x[pos]
+
+
+def test_both_signs_draw_from_one_scan_budget():
+    """The prefix copy and the scan codes are pools both signs of alpha draw from, first come
+    first served: the sign in use may take all of it (it had half before), the other sign then
+    gets what is left, never more; the rows kept are the rows in each sign's weight order."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(8000, D)).astype(np.float32)
+    ascending = np.argsort(rng.random(8000)).astype(np.int32)
+    prefix, codes = BytePool(200 * D * 4), BytePool(3 * CHUNK * D)
+    up = WeightOrder(ascending, 1, _Rows(x), prefix, codes)
+    down = WeightOrder(ascending, -1, _Rows(x), prefix, codes)
+    assert up._cached(8000) == 200 and prefix.left == 0  # all of the prefix pool: one sign
+    np.testing.assert_array_equal(up._prefix, x[ascending[::-1][:200]])
+    assert down._cached(8000) == 0  # nothing left for the other sign: it reads rows in place
+    up._scan_codes = ScanCodes(D, 8000, codes)
+    assert up._scan_codes.grow(2 * CHUNK, up._rows_for_codes) == 2 * CHUNK
+    down._scan_codes = ScanCodes(D, 8000, codes)
+    assert down._scan_codes.grow(8000, down._rows_for_codes) == CHUNK  # what is left, whole chunks
+    assert up._scan_codes.grow(8000, up._rows_for_codes) == 2 * CHUNK and codes.left == 0
+    assert BytePool(10).take(25) == 10 and BytePool(-3).take(1) == 0

@@ -19,8 +19,8 @@ by the same FAISS kernel as without codes. FAISS's scanner keeps them in a heap 
 threshold (``InvertedListScanner.scan_codes``): more than :data:`CONTENDERS` in a chunk and the
 chunk is read exactly instead. Results are bit for bit those of the scan without codes.
 
-Bytes: ``d`` a row for at most :data:`~normrank.settings.SCAN_CODES_BYTES` (half per sign of
-alpha) whatever the index size, plus three floats a chunk.
+Bytes: ``d`` a row for at most :data:`~normrank.settings.SCAN_CODES_BYTES` (both signs of alpha
+together: :class:`BytePool`) whatever the index size, plus three floats a chunk.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 
 from normrank.validation import mapped_empty
 
-__all__ = ["CHUNK", "CONTENDERS", "MIN_ROWS", "QueryCodes", "ScanCodes"]
+__all__ = ["CHUNK", "CONTENDERS", "MIN_ROWS", "BytePool", "QueryCodes", "ScanCodes"]
 
 # Rows sharing one scale and one threshold (the chunk's first, largest weight): small enough
 # that weights barely change within one, large enough that a FAISS call per chunk (~2 us) is
@@ -122,13 +122,32 @@ class QueryCodes:
         return self.scanner.scan_codes(m, codes_ptr, None, self._top_ptr, self._at_ptr, CONTENDERS)
 
 
+class BytePool:
+    """Bytes that several growing caches draw from (both signs' scan codes, or both signs'
+    prefix copies), first come first served: one sign of alpha in use, as is typical, may take
+    all of it. Taken as the caches grow, never given back (a changed index gets a new cache)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(int(total), 0)
+        self.left = self.total
+
+    def take(self, want: int) -> int:
+        """Up to ``want`` bytes (what is left, if less); the bytes granted."""
+        got = max(0, min(int(want), self.left))
+        self.left -= got
+        return got
+
+
 class ScanCodes:
     """int8 codes of the first rows of one weight order, grown chunk by chunk (doubling) as far
-    as single-query scans read, within ``budget`` bytes."""
+    as single-query scans read, within what ``budget`` (bytes, or a :class:`BytePool` shared
+    with the other sign's codes) grants."""
 
-    def __init__(self, d: int, n: int, budget: int) -> None:
+    def __init__(self, d: int, n: int, budget: int | BytePool) -> None:
         self.d = d
-        self.cap = min(n, (int(budget) // max(d, 1)) // CHUNK * CHUNK)
+        self._pool = budget if isinstance(budget, BytePool) else BytePool(budget)
+        # rows reserved (address space only: written, so resident, as far as they are encoded)
+        self.cap = min(n, (self._pool.total // max(d, 1)) // CHUNK * CHUNK)
         self.rows = 0  # rows encoded so far
         self._codes: np.ndarray | None = None
         self._addr = 0
@@ -146,6 +165,12 @@ class ScanCodes:
             return self.rows
         target = min(self.cap, max(hi, 2 * self.rows, 2 * CHUNK))
         target = min(self.cap, -(-target // CHUNK) * CHUNK)
+        affordable = self._pool.left // self.d  # whole chunks of what the pool has left
+        if target - self.rows > affordable:
+            target = self.rows + affordable // CHUNK * CHUNK
+        if target <= self.rows:
+            return self.rows
+        self._pool.take((target - self.rows) * self.d)
         if self._codes is None:
             self._codes = mapped_empty((self.cap, self.d), min_bytes=1 << 16, dtype=np.uint8)
             self._addr = self._codes.ctypes.data

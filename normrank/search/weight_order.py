@@ -12,7 +12,7 @@ import faiss
 import numpy as np
 
 from normrank.search.bound import cosine_slack, unseen_can_beat, weight_limit
-from normrank.search.scan_codes import CHUNK, QueryCodes, ScanCodes
+from normrank.search.scan_codes import CHUNK, BytePool, QueryCodes, ScanCodes
 from normrank.validation import mapped_empty
 
 __all__ = ["WeightOrder", "scan_needed"]
@@ -52,21 +52,30 @@ class WeightOrder:
     their rows read through ``rows`` (:mod:`normrank.search.rows`, or anything with
     ``gather(positions) -> (m, d) float32``). ``ascending``: positions by ascending base (shared
     by both signs: ``sign > 0`` reads it backwards, a view). ``scan_codes_bytes``: the budget of the
-    first rows' int8 scan codes single queries read (:mod:`normrank.search.scan_codes`; 0: none)."""
+    first rows' int8 scan codes single queries read (:mod:`normrank.search.scan_codes`; 0: none),
+    ``prefix_bytes`` that of their float32 copy: bytes, or a :class:`~normrank.search.scan_codes.BytePool`
+    the other sign's order draws from too."""
 
     def __init__(
-        self, ascending: np.ndarray, sign: int, rows, prefix_bytes: int = 0, scan_codes_bytes: int = 0
+        self,
+        ascending: np.ndarray,
+        sign: int,
+        rows,
+        prefix_bytes: int | BytePool = 0,
+        scan_codes_bytes: int | BytePool = 0,
     ) -> None:
         self.positions = ascending if sign < 0 else ascending[::-1]
         self.rows = rows
-        self._scan_codes_bytes = int(scan_codes_bytes)
+        self._codes_pool = (
+            scan_codes_bytes if isinstance(scan_codes_bytes, BytePool) else BytePool(scan_codes_bytes)
+        )
         self._scan_codes: ScanCodes | None = None
         self._by_weights: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
         # A contiguous float32 copy of the first rows in this order, grown (doubling) as far as
         # scans read, never past ``prefix_bytes``: the scan's hot rows in one sequential run
         # (random rows straight from FAISS's storage cost ~4x more a row with the caches the
         # index search leaves). 0: none.
-        self._prefix_bytes = int(prefix_bytes)
+        self._prefix_pool = prefix_bytes if isinstance(prefix_bytes, BytePool) else BytePool(prefix_bytes)
         self._prefix: np.ndarray | None = None  # the rows written so far, a view of _buffer
         self._buffer: np.ndarray | None = None
 
@@ -124,16 +133,18 @@ class WeightOrder:
     def _cached(self, hi: int) -> int:
         """Grow the prefix copy towards ``hi`` rows (within its budget); how many it holds."""
         have = 0 if self._prefix is None else self._prefix.shape[0]
-        if hi <= have or not self._prefix_bytes or not self.positions.size:
+        if hi <= have or not self._prefix_pool.left or not self.positions.size:
             return have
         probe = self._prefix if self._prefix is not None else self._gather(0, 1)
-        cap = min(self.positions.size, self._prefix_bytes // max(probe[0].nbytes, 1))
-        grow = min(cap, max(hi, 2 * have, 256))
+        row_bytes = max(probe[0].nbytes, 1)
+        cap = min(self.positions.size, self._prefix_pool.total // row_bytes)
+        grow = min(cap, max(hi, 2 * have, 256), have + self._prefix_pool.left // row_bytes)
         if grow > have:
             if self._buffer is None:
                 # Reserved whole in its own mapping, written (so resident) only as far as scans
                 # read: growing it never copies, and leaves no freed blocks behind in the heap.
                 self._buffer = mapped_empty((cap, probe.shape[1]), min_bytes=1 << 16)
+            self._prefix_pool.take((grow - have) * row_bytes)
             self._buffer[have:grow] = self._gather(have, grow)
             self._prefix = self._buffer[:grow]
         return self._prefix.shape[0] if self._prefix is not None else 0
@@ -195,7 +206,7 @@ class WeightOrder:
 
     def query_codes(self, q: np.ndarray) -> QueryCodes | None:
         """What :meth:`above` needs of a query to use the scan codes (None: this order has none)."""
-        return QueryCodes(q) if self._scan_codes_bytes and self.positions.size else None
+        return QueryCodes(q) if self._codes_pool.total and self.positions.size else None
 
     def above(
         self,
@@ -215,7 +226,7 @@ class WeightOrder:
         start = lo
         if query is not None and 0 < kth < np.inf:
             if self._scan_codes is None:
-                self._scan_codes = ScanCodes(q.size, self.positions.size, self._scan_codes_bytes)
+                self._scan_codes = ScanCodes(q.size, self.positions.size, self._codes_pool)
             top = min(hi, self._scan_codes.grow(hi, self._rows_for_codes))
             a = lo
             found: list[np.ndarray] = []  # contenders not yet scored, in rank order
