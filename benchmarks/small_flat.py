@@ -9,6 +9,11 @@ medians; ratios to plain FAISS cosine top-10 in the same rounds.
 
     python benchmarks/small_flat.py            # generated 3k / 8.4k / 20k + the cached real set
     python benchmarks/small_flat.py --certified  # the scan's certified fraction on the real set
+    python benchmarks/small_flat.py --kinds ivf --nprobe-div 8,4,2 --sizes 20000  # IVF-Flat rule
+
+IVF-Flat rows also time ``normrank``: ``NormIndex.search`` under the current settings (the flat
+product over the lists, ``FLAT_BATCH_MIN_PROBED``, where ``plan_search`` chooses it); ``scan``
+there is the same search with that setting at 0 (the scan, as before the rule).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 from bench_data import real_embeddings, synthetic_like
 from bench_exact import unit
 
-from normrank import NormIndex
+from normrank import NormIndex, settings
 from normrank.search.faiss_info import flat_storage
 from normrank.search.flat import weighted_flat_search
 
@@ -68,6 +73,16 @@ def flat_ivf(ni: NormIndex, w: np.ndarray):
     return run
 
 
+def scan_only(ni: NormIndex, q: np.ndarray, alpha: float):
+    """``ni.search`` with the IVF-Flat flat product turned off (FLAT_BATCH_MIN_PROBED = 0)."""
+    keep = settings.FLAT_BATCH_MIN_PROBED
+    settings.FLAT_BATCH_MIN_PROBED = 0
+    try:
+        return ni.search(q, K, alpha=alpha)
+    finally:
+        settings.FLAT_BATCH_MIN_PROBED = keep
+
+
 def certified(docs: np.ndarray, queries: np.ndarray) -> None:
     """The share of queries the bound certifies before any scan row (``SearchStats.certified``)
     per alpha, in batches of 10 (below the flat product's batch size: the scan runs)."""
@@ -97,10 +112,19 @@ def main() -> None:
     ap.add_argument("--nq", type=int, default=NQ, help="queries per batch")
     ap.add_argument("--kinds", default="hnsw,ivf")
     ap.add_argument("--ef", type=int, default=64, help="HNSW efSearch")
+    ap.add_argument("--nprobe-div", default="4", help="IVF nprobe = nlist / each of these")
+    ap.add_argument(
+        "--min-probed",
+        type=float,
+        default=None,
+        help="FLAT_BATCH_MIN_PROBED for the normrank column (to measure a threshold)",
+    )
     ap.add_argument("--no-real", action="store_true", help="generated sets only")
     ap.add_argument("--certified", action="store_true", help="only the scan's certified fraction, real set")
     args = ap.parse_args()
     faiss.omp_set_num_threads(1)
+    if args.min_probed is not None:
+        settings.FLAT_BATCH_MIN_PROBED = args.min_probed
     docs, queries, used = real_embeddings(speed.SMALL_REAL, encode_missing=False)
     if args.certified:
         print(f"{'+'.join(used)}: {docs.shape[0]} documents", flush=True)
@@ -119,11 +143,16 @@ def main() -> None:
         nlist = int(4 * np.sqrt(n))
         norms = np.linalg.norm(x, axis=1)
         kinds = {"hnsw": "HNSW32", "ivf": f"IVF{nlist},Flat"}
-        for factory in [kinds[k] for k in args.kinds.split(",")]:
+        runs = [
+            (kinds[k], div)
+            for k in args.kinds.split(",")
+            for div in (map(int, args.nprobe_div.split(",")) if k == "ivf" else [0])
+        ]
+        for factory, div in runs:
             ni = NormIndex(x.shape[1], factory=factory)
             if "IVF" in factory:
                 ni.train(x)
-                faiss.extract_index_ivf(ni.faiss_index).nprobe = max(1, nlist // 4)
+                faiss.extract_index_ivf(ni.faiss_index).nprobe = max(1, nlist // div)
             else:
                 faiss.downcast_index(ni.faiss_index.index).hnsw.efSearch = args.ef
             ni.add(x)
@@ -136,14 +165,21 @@ def main() -> None:
                 exact = np.mean([len(set(a) & set(b)) / K for a, b in zip(got, ref, strict=True)])
                 fns = {
                     "plain": lambda ni=ni, uq=uq: ni.faiss_index.search(uq, K),
-                    "scan": lambda a=alpha, ni=ni, q=q: ni.search(q, K, alpha=a),
+                    "scan": lambda a=alpha, ni=ni, q=q: scan_only(ni, q, a),
                     "flat": lambda f=flat, uq=uq: f(uq),
                 }
+                if "IVF" in factory:
+                    fns["normrank"] = lambda a=alpha, ni=ni, q=q: ni.search(q, K, alpha=a)
                 t = speed.timed(fns, args.reps, len(q))
                 base = t.median("plain")
+                breadth = f" ef {args.ef}" if "HNSW" in factory else f" nprobe {max(1, nlist // div)}"
+                extra = ""
+                if "IVF" in factory:
+                    path = ni.search(q, K, alpha=alpha, return_stats=True)[2].path
+                    extra = f", normrank ({path}) {t.median('normrank') / base:.2f}x"
                 print(
-                    f"{label} {factory}{f' ef {args.ef}' if 'HNSW' in factory else ''} alpha {alpha:+g}: nq {len(q)} plain {1e6 * base / len(q):.0f} us/q, "
-                    f"scan {t.median('scan') / base:.2f}x, flat {t.median('flat') / base:.2f}x "
+                    f"{label} {factory}{breadth} alpha {alpha:+g}: nq {len(q)} plain {1e6 * base / len(q):.0f} us/q, "
+                    f"scan {t.median('scan') / base:.2f}x, flat {t.median('flat') / base:.2f}x{extra} "
                     f"(flat recall vs numpy {exact:.3f}), load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )

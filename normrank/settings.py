@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
     "FLAT_BATCH_MAX_WORK",
+    "FLAT_BATCH_MIN_PROBED",
     "FLAT_BATCH_MIN_QUERIES",
     "FLAT_BATCH_ROWS_PER_EF",
     "FLOAT_ROWS_MIN_CACHE_BYTES",
@@ -116,6 +117,17 @@ PG_CLIENT_CACHE_BYTES = 64 << 20
 FLAT_BATCH_MIN_QUERIES = 20
 FLAT_BATCH_ROWS_PER_EF = 320
 FLAT_BATCH_MAX_WORK = 50_000 * 384
+# The same product for a batch on an IVF-Flat (float32 codes in its lists, read list by list in
+# place; no removed document still stored), with the same FLAT_BATCH_MIN_QUERIES and
+# FLAT_BATCH_MAX_WORK, where the search probes at least FLAT_BATCH_MIN_PROBED of the lists
+# (nprobe / nlist): the IVF then reads that share of the collection per query anyway, a vector at
+# a time, where the product reads it all through BLAS. Measured by benchmarks/small_flat.py
+# (nq 100, ratios to plain IVF in the same interleaved rounds, product / scan, load 5-7.5 on the 2
+# shared cores): real 8.4k MiniLM, IVF366: nprobe 45 (0.12) 1.99-2.37 / 1.68-2.55 (mixed),
+# 61 (0.17) 1.56-1.87 / 1.72-2.68, 91 (0.25) 1.15-1.30 / 1.41-2.06, 183 (0.5) 0.55-0.78 /
+# 1.42-1.55; generated 20k, IVF565: 70 (0.12) 1.39-1.68 / 1.40-1.94, 94 (0.17) 1.03-1.30 /
+# 1.25-1.80, 141 (0.25) 0.47-0.86 / 1.05-1.49. 0, or a value above 1, turns it off.
+FLAT_BATCH_MIN_PROBED = 0.15
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

@@ -64,6 +64,8 @@ FUNCTION_CONCEPT = {
     ("normrank.search.flat", "inner_products_small"): "scan",
     ("normrank.search.flat", "_FaissProduct.__call__"): "scan",
     ("normrank.search.flat", "weighted_flat_search"): "scan",  # (the scan's limit: every row)
+    ("normrank.search.flat", "weighted_lists_search"): "scan",  # (the same over an IVF-Flat's lists)
+    ("normrank.search.flat", "_runs"): "scan",
     ("normrank.search.flat", "_new_heap"): "scan",
     ("normrank.search.flat", "_finish"): "scan",
     ("normrank.search.weight_order", "WeightOrder.need"): "bound",
@@ -139,6 +141,14 @@ def traces():
     out["batch_stats"] = index.search(q[2:12], 10, alpha=0.5, return_stats=True)[2]
     out["batch"] |= _traced(lambda: index.search(q[2:22], 10, alpha=0.5))
     out["flat_stats"] = index.search(q[2:22], 10, alpha=0.5, return_stats=True)[2]
+    # 20 queries on an IVF-Flat probing half its lists: the flat product over its lists.
+    ivf = NormIndex(d, factory="IVF16,Flat")
+    ivf.train(x)
+    ivf.add(x)
+    ivf.set_search_params(nprobe=8)
+    ivf.search(q[:20], 10, alpha=0.5)  # warm-up
+    out["batch"] |= _traced(lambda: ivf.search(q[2:22], 10, alpha=0.5))
+    out["ivf_stats"] = ivf.search(q[2:22], 10, alpha=0.5, return_stats=True)[2]
     return out
 
 
@@ -154,7 +164,9 @@ def test_a_deep_scan_and_a_batch_meet_only_glossary_concepts(traces):
     deep, batch = _concepts(traces["deep"]), _concepts(traces["batch"])
     assert {"scan codes", "rows"} <= deep
     assert traces["deep_stats"].scanned > 0
-    assert (traces["batch_stats"].path, traces["flat_stats"].path) == ("scan", "flat")
+    assert (traces["batch_stats"].path, traces["flat_stats"].path, traces["ivf_stats"].path) == ("scan",) + (
+        "flat",
+    ) * 2
     union = _concepts(traces["single"]) | deep | batch
     assert len(union) <= MAX_CONCEPTS, sorted(union)
     # The glossary names what the traces meet, no more and no less.

@@ -96,14 +96,17 @@ class SearchCache:
         lookup: FAISS id -> storage position (ANN results).
         rows: where the scan (and ``reconstruct``) reads document rows
             (:mod:`normrank.search.rows`), set at the state's first ANN search or reconstruct.
+        lists: an IVF-Flat's lists viewed in place for the flat product
+            (:class:`~normrank.search.rows.FloatLists`: views, nothing per document), set at the
+            state's first flat product over them.
         device: the flat storage copied to a torch device (``device=`` searches; opt-in).
         one: the latency case bound to this state (:class:`normrank.search.searcher.OneQuery`),
             False where the index is flat.
     """
 
     __slots__ = (
-        "_budget", "_budget_of", "_pools", "ascending", "base_range", "device", "lookup", "one", "orders", "powers",
-        "rows",
+        "_budget", "_budget_of", "_pools", "ascending", "base_range", "device", "lists", "lookup", "one", "orders",
+        "powers", "rows",
     )  # fmt: skip
 
     def __init__(self, budget_of: Callable[[], CacheBudget] | None = None) -> None:
@@ -115,6 +118,7 @@ class SearchCache:
         self.orders: dict[int, WeightOrder] = {}
         self.lookup: IdLookup | None = None
         self.rows: Any = None
+        self.lists: Any = None
         self.device: Any = None
         self.one: Any = None
         self.base_range: np.ndarray | None = None  # (smallest, largest) weight base: 16 bytes
@@ -187,4 +191,5 @@ class SearchCache:
         total += sum(o.rows.nbytes for o in self.orders.values() if isinstance(o.rows, PrefixCopy))
         total += 0 if self.lookup is None else self.lookup.nbytes
         total += 0 if self.base_range is None else self.base_range.nbytes
+        total += int(getattr(self.lists, "nbytes", 0))
         return total + int(getattr(self.rows, "nbytes", 0))

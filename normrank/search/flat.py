@@ -24,7 +24,14 @@ import numpy as np
 from normrank.errors import InvalidInputError, InvalidParameterError
 from normrank.validation import as_numbers
 
-__all__ = ["PRODUCT_BLAS", "inner_products", "reweighted_topk", "topk", "weighted_flat_search"]
+__all__ = [
+    "PRODUCT_BLAS",
+    "inner_products",
+    "reweighted_topk",
+    "topk",
+    "weighted_flat_search",
+    "weighted_lists_search",
+]
 
 # Below this many queries a per-query SIMD scan beats BLAS (see inner_products_small); it is
 # also the path FAISS's own search takes for few queries.
@@ -356,3 +363,83 @@ def weighted_flat_search(
         out_scores[q0 : q0 + nqb] = values
         out_pos[q0 : q0 + nqb] = positions
     return out_scores, out_pos
+
+
+def weighted_lists_search(
+    lists,
+    weights: np.ndarray | None,
+    queries: np.ndarray,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of ``(q . u_j) * weights[p_j]`` over rows held in pieces (an IVF-Flat's
+    inverted lists, :class:`normrank.search.rows.FloatLists`).
+
+    Consecutive pieces are copied into one block of rows of FAISS's size (widened as
+    :func:`weighted_flat_search` widens it) and scored by one BLAS product
+    (:func:`inner_products`): a list is often a few dozen rows, and a product per list ran ~1.5x
+    slower than one over the whole block (8.4k x 384 in 366 lists, 100 queries: 41 ms against
+    27 ms; the copies cost ~1 ms). Per block the ids are mapped to positions, the weights
+    multiplied (into the rows or the scores, whichever is fewer), and FAISS's heaps select.
+
+    Args:
+        lists: a :class:`~normrank.search.rows.FloatLists`: its ``pieces``, ``(rows, ids)``
+            each (``(m, d)`` float32 unit rows and their ``(m,)`` int64 ids, views in place,
+            ``m`` at most FAISS's database block), their ``sizes`` (int64 ``m`` each), and
+            ``position_of`` (ids -> document positions; ``-1``: not a document, never returned).
+        weights: ``(n,)`` float32 weights by document position, or None for cosine.
+        queries: ``(nq, d)`` float32 unit queries.
+        k: results per query.
+
+    Returns:
+        ``(scores, positions)`` as :func:`topk`. Memory: one block of rows and one score block
+        (at most FAISS's query x database blocks), their ids and weights; nothing per document.
+    """
+    nq, d = queries.shape[0], max(1, queries.shape[1])
+    out_scores = np.empty((nq, k), dtype=np.float32)
+    out_pos = np.empty((nq, k), dtype=np.int64)
+    query_block = max(1, int(faiss.cvar.distance_compute_blas_query_bs))
+    doc_block = max(1, int(faiss.cvar.distance_compute_blas_database_bs))
+    pieces, sizes, position_of = lists.pieces, lists.sizes, lists.position_of
+    for q0 in range(0, nq, query_block):
+        q = np.ascontiguousarray(queries[q0 : q0 + query_block], dtype=np.float32)
+        nqb = q.shape[0]
+        heap, values, positions = _new_heap(nqb, k)
+        block = doc_block * max(1, min(-(-_BLOCK_WORK // (nqb * d * doc_block)), query_block // nqb))
+        block = max(block, int(sizes.max(initial=0)))
+        rows = np.empty((block, queries.shape[1]), dtype=np.float32)
+        ids = np.empty(block, dtype=np.int64)
+        buffer = np.empty(nqb * block, dtype=np.float32)
+        for a, b in _runs(sizes, block):  # consecutive pieces that fill one block
+            m = 0
+            for part, part_ids in pieces[a:b]:
+                rows[m : m + part_ids.size] = part
+                ids[m : m + part_ids.size] = part_ids
+                m += part_ids.size
+            pos = position_of(ids[:m])
+            w = None if weights is None else weights.take(pos, mode="clip")
+            if w is not None and nqb > d:  # fewer multiplies on the rows
+                rows[:m] *= w[:, None]
+            s = inner_products(q, rows[:m], buffer[: nqb * m].reshape(nqb, m))
+            if w is not None and nqb <= d:
+                s *= w
+            gone = pos < 0
+            if gone.any():  # (not a document: never returned)
+                s[:, gone] = -np.inf
+            heap.addn_with_ids(m, faiss.swig_ptr(s), faiss.swig_ptr(pos), 0, 0, nqb)
+        _finish(heap, values, positions)
+        out_scores[q0 : q0 + nqb] = values
+        out_pos[q0 : q0 + nqb] = positions
+    return out_scores, out_pos
+
+
+def _runs(sizes: np.ndarray, block: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive pieces whose sizes sum to at most ``block`` each."""
+    runs, start, filled = [], 0, 0
+    for i, m in enumerate(sizes.tolist()):
+        if filled + m > block:
+            runs.append((start, i))
+            start, filled = i, 0
+        filled += m
+    if filled:
+        runs.append((start, sizes.size))
+    return runs

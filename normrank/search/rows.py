@@ -12,6 +12,8 @@ document vectors. Nothing here copies more than one bounded block.
   other kinds list by list (IVF-Flat rows are the lists' float32 codes, other codes are decoded
   by the IVF's own ``sa_decode``, the list number as prefix), a block at a time. The user's
   index gets no direct map.
+* :class:`FloatLists`: not a row source: an IVF-Flat's lists viewed whole, list by list, for the
+  flat product over them (:func:`normrank.search.flat.weighted_lists_search`).
 * :class:`PositionRows`: any other index beneath an id map (pre-transforms, refine stages):
   FAISS's ``reconstruct_batch`` by storage position, a block at a time.
 * :class:`IdRows`: what is left (an IVF beneath a pre-transform): ``reconstruct_batch`` by id
@@ -40,10 +42,12 @@ __all__ = [
     "BLOCK_ROWS",
     "FaissCodeRows",
     "FlatRows",
+    "FloatLists",
     "IdRows",
     "ListRows",
     "PositionRows",
     "PrefixCopy",
+    "readable_lists",
     "row_source",
 ]
 
@@ -273,6 +277,51 @@ def _offset_reader(ivf: faiss.IndexIVF, start: np.ndarray, at: np.ndarray) -> fa
     faiss.copy_array_to_vector(lo, reader.direct_map.array)
     reader.referenced_objects = [ivf]  # the lists and quantizer live as long as the reader
     return reader
+
+
+class FloatLists:
+    """The inverted lists of an ``IndexIVFFlat`` read in place, for the flat product over them
+    (:func:`normrank.search.flat.weighted_lists_search`): ``pieces`` holds, for each nonempty
+    list, its float32 codes viewed as ``(m, d)`` unit rows and its stored ids (a view too),
+    lists longer than FAISS's database block cut into pieces of that size (``sizes``: their rows);
+    ``position_of`` maps the stored ids to document positions. A few hundred bytes a list
+    (views, no copies), nothing per document; built once per index state (the views are valid
+    until the lists change, which makes a new state)."""
+
+    def __init__(self, index: faiss.Index, ivf: faiss.IndexIVF, lookup: IdLookup) -> None:
+        """``ivf``: ``index`` itself or beneath its id map (:func:`readable_lists`); ``lookup``:
+        the id -> position table of the documents (beneath an id map the stored ids are the
+        positions: no table)."""
+        self._ivf = ivf  # keeps the lists alive
+        self.position_of = IdLookup(DocIds(None, lookup.n)) if is_idmap(index) else lookup
+        lists, d = ivf.invlists, int(ivf.d)
+        step = max(1, int(faiss.cvar.distance_compute_blas_database_bs))
+        self.pieces, self.sizes = [], []
+        for lst in range(ivf.nlist):
+            m = lists.list_size(lst)
+            if m:
+                rows = faiss.rev_swig_ptr(lists.get_codes(lst), m * 4 * d).view(np.float32).reshape(m, d)
+                ids = faiss.rev_swig_ptr(lists.get_ids(lst), m)
+                for a in range(0, m, step):
+                    self.pieces.append((rows[a : a + step], ids[a : a + step]))
+                    self.sizes.append(min(step, m - a))
+        self.sizes = np.array(self.sizes, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.sizes.nbytes  # (the rows and ids are views of FAISS's lists)
+
+
+def readable_lists(index: faiss.Index, inner: faiss.Index, n_docs: int, n_removed: int) -> bool:
+    """Whether :class:`FloatLists` can read ``inner``'s rows (``index`` itself, or beneath its id
+    map): an ``IndexIVFFlat`` whose lists are FAISS's in-memory arrays of float32 codes, holding
+    the ``n_docs`` documents and no removed one. Not another kind of IVF (SQ / PQ codes, a
+    subclass), a pre-transform or a refine stage."""
+    if n_removed or type(inner) is not faiss.IndexIVFFlat or (index is not inner and not is_idmap(index)):
+        return False
+    if not isinstance(faiss.downcast_InvertedLists(inner.invlists), faiss.ArrayInvertedLists):
+        return False
+    return int(inner.invlists.code_size) == 4 * int(inner.d) and inner.ntotal == n_docs
 
 
 def _small(values: np.ndarray) -> np.ndarray:

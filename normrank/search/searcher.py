@@ -15,9 +15,9 @@ from normrank.search import ann as _ann
 from normrank.search.cache import SearchCache
 from normrank.search.doc_ids import DocIds
 from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage
-from normrank.search.flat import weighted_flat_search
+from normrank.search.flat import weighted_flat_search, weighted_lists_search
 from normrank.search.plan import SearchOptions, SearchPlan, SearchStats, plan_search
-from normrank.search.rows import row_source
+from normrank.search.rows import FloatLists, readable_lists, row_source
 from normrank.validation import (
     MAX_ABS_ALPHA,
     MAX_RESULT_ENTRIES,
@@ -126,8 +126,13 @@ def search_into(
     scores, ids = scores[:, :k], ids[:, :k]
     flat = target.inner if isinstance(target.inner, faiss.IndexFlat) else None
     breadth = {} if flat is not None else ann_params(target.inner)  # FAISS's, now
-    # An HNSW's float32 storage, all of it live: the exact flat product can read it in place.
-    rows_flat = _hnsw_flat_storage(target) if flat is None and device is None else None
+    # An HNSW's float32 storage, or an IVF-Flat's lists, all of it live: the exact flat product
+    # can read it in place (the lists are viewed at the state's first flat product over them).
+    rows_flat, lists = None, False
+    if flat is None and device is None:
+        rows_flat = _hnsw_flat_storage(target)
+        lists = rows_flat is None and "nprobe" in breadth
+        lists = lists and readable_lists(target.index, target.inner, doc_ids.size, target.n_removed)
     uniform = (alphas == alphas[0]).all()  # the usual case: skip grouping by alpha
     certified = np.zeros(nq, dtype=bool)  # in the caller's order, whatever the groups
     for a in alphas[:1] if uniform else np.unique(alphas):
@@ -135,12 +140,17 @@ def search_into(
         alpha = float(a)
         plan = plan_search(replace(options, k=k, alpha=alpha, breadth=breadth), target.n_stored,
                            flat=flat is not None, nq=rows.size, dim=unit_q.shape[1],
-                           flat_rows=rows_flat is not None)  # fmt: skip
+                           flat_rows=rows_flat is not None or lists)  # fmt: skip
         group = SearchStats()
         if plan.method == "flat":  # the flat kernel blocks queries and documents itself
             weights = cache.power(target.base, alpha)
-            s, pos = _search_flat(flat if flat is not None else rows_flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
-                                  device=device)  # fmt: skip
+            if lists:  # an IVF-Flat's lists, one by one
+                if cache.lists is None:
+                    cache.lists = FloatLists(target.index, target.inner, cache.id_lookup(doc_ids))
+                s, pos = weighted_lists_search(cache.lists, weights, unit_q[rows], plan.k)
+            else:
+                s, pos = _search_flat(flat if flat is not None else rows_flat, unit_q[rows], plan, weights=weights, alpha=alpha, cache=cache,
+                                      device=device)  # fmt: skip
             group.path, group.scanned, group.depth, group.rounds = plan.method, plan.depth, plan.depth, 1
             group.certified = np.ones(rows.size, dtype=bool)  # exact over the whole collection
         else:
