@@ -39,8 +39,8 @@ def _data(n: int, nq: int, seed: int):
     return x.astype(np.float32), train.astype(np.float32), q.astype(np.float32)
 
 
-def _index(factory: str, x, train, *, nlist_probe: int = 1, removed=None, ann: str = "adaptive"):
-    index = NormIndex(D, factory=factory, nprobe=nlist_probe, ann=ann)
+def _index(factory: str, x, train, *, nprobe: int = 1, removed=None, ann: str = "adaptive"):
+    index = NormIndex(D, factory=factory, nprobe=nprobe, ann=ann)
     index.train(train)
     index.add(x)
     if removed is not None and removed.size:
@@ -118,7 +118,7 @@ def test_k_above_the_live_count_still_pads(ann, alpha):
 @pytest.mark.parametrize("alpha", [-1.0, 0.0, 1.0])
 def test_an_answer_that_is_not_short_fills_nothing(alpha):
     x, train, q = _data(N, 6, seed=11)
-    index = _index("IVF64,Flat", x, train, nlist_probe=NLIST)  # every list: nothing short
+    index = _index("IVF64,Flat", x, train, nprobe=NLIST)  # every list: nothing short
     assert not _short_in_faiss(index, q, K * index.k_factor).any()
     scores, ids, stats = index.search(q, K, alpha=alpha, return_stats=True)
     assert stats.filled == 0
