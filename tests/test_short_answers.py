@@ -158,3 +158,33 @@ def test_any_ivf_answer_is_exact_or_pads_only_past_the_live_count(n, k, alpha, a
     scores, ids = index.search(q[0] if nq == 1 else q, k, alpha=alpha)
     assert faiss.extract_index_ivf(index.faiss_index).nprobe == 1
     _check(brute_force(x[live], q, alpha)[0], live, scores, ids, k, _short_in_faiss(index, q, k))
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.5, 1.0])
+def test_an_answer_short_of_the_depth_but_not_of_k_scans_by_its_last_cosine(alpha):
+    """Probed lists holding at least ``k`` but fewer than the depth asked (FAISS's default
+    nprobe 1 at nlist ~ 4 sqrt(n)): not a short answer. The last cosine returned bounds the
+    unseen, as a full trusted rank does (a document in an unprobed list is missing at any
+    depth), so the scan stops by the bound instead of reading every row; nothing is counted as
+    filled, and the answer is at least the exact weighted top-k of what the probed lists hold."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    x = (rng.standard_normal((n, D)) * rng.lognormal(0.0, 0.5, (n, 1))).astype(np.float32)
+    q = rng.standard_normal((6, D)).astype(np.float32)
+    index = NormIndex(D, factory="IVF32,Flat", nprobe=1)
+    index.train(x)
+    index.add(x)
+    ivf = faiss.extract_index_ivf(index.faiss_index)
+    unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    _, lists = ivf.quantizer.search(unit_q, 1)
+    sizes = np.array([ivf.invlists.list_size(int(lst)) for lst in lists[:, 0]])
+    assert (sizes >= K).all() and (sizes < K * 10).all()  # short of the depth (k * k_factor), not of k
+    scores, ids, stats = index.search(q, K, alpha=alpha, return_stats=True)
+    assert stats.filled == 0 and (ids >= 0).all()
+    assert stats.scanned < n // 2  # the bound stopped the scan (a bound of 1.25 read 1,271-1,980 rows)
+    truth, _ = brute_force(x, q, alpha)
+    for i in range(q.shape[0]):
+        np.testing.assert_allclose(scores[i], truth[i, ids[i]], rtol=2e-5, atol=2e-6)
+        probed = faiss.rev_swig_ptr(ivf.invlists.get_ids(int(lists[i, 0])), int(sizes[i]))
+        best_probed = np.sort(truth[i, np.asarray(probed)])[::-1][:K]
+        assert scores[i][-1] >= best_probed[-1] - 1e-5

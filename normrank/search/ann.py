@@ -32,9 +32,10 @@ own estimate (FAISS's search ranks by the same), so the result is exact with res
 
 A short answer is not an exhausted index: an IVF whose probed lists hold fewer documents than
 asked for returns those and pads the rest (ids ``-1``). Where it leaves the trusted rank empty
-and live documents unseen, the scan bounds their cosines by
-:data:`~normrank.search.bound.ROW_LENGTH_MAX` alone (any row's), so it reads on until the top-k
-is proven over the whole collection; ``"cosine"`` / ``"overfetch"`` answers left with fewer than
+and live documents unseen, the last cosine it returned bounds them (as a full trusted rank
+would) if it returned ``k`` live documents; if fewer, only
+:data:`~normrank.search.bound.ROW_LENGTH_MAX` does (any row's), so the scan reads on until the
+top-k is proven over the whole collection; ``"cosine"`` / ``"overfetch"`` answers left with fewer than
 ``k`` results are completed by the same scan (:func:`_fill_short`). Counted in
 ``SearchStats.filled``; never certified.
 """
@@ -220,8 +221,9 @@ def rerank(
     ``plan.method == "scan"`` then scans ``order`` from the plan's first chunk, trusting the
     plan's rank (the depth is ``cos.shape[1]``: fewer where the source returned fewer, and the
     trusted rank never past it). A query whose trusted rank the source left empty, with live
-    documents it did not return, is scanned with their cosines bounded by ``ROW_LENGTH_MAX``
-    (module docstring); only one that got every live document skips the scan."""
+    documents it did not return, is scanned with their cosines bounded by the last cosine
+    returned, or by ``ROW_LENGTH_MAX`` where fewer than ``k`` came back (module docstring); only
+    one that got every live document skips the scan."""
     stats = stats if stats is not None else SearchStats()
     k = plan.k
     depth = cos.shape[1]
@@ -257,9 +259,17 @@ def rerank(
     # A trusted rank the index left empty bounds nothing, unless every document was returned.
     provable = (cand_ids[:, trust - 1] >= 0) | all_seen
     if not provable.all():  # (an IVF whose probed lists hold fewer documents than the trusted rank)
+        # At least k returned: the last cosine returned bounds the unseen, as a trusted rank the
+        # index fills does (a document in an unprobed list is missing at any depth; FAISS's
+        # default nprobe 1 would otherwise read every row). Fewer than k: only a row's length
+        # bounds them, and the scan completes the top-k over the whole collection.
         blind = ~provable
-        trusted_cosine[blind] = ROW_LENGTH_MAX  # the unseen: any cosine a row can have
-        stats.filled += int(blind.sum())
+        returned = (cand_ids >= 0).sum(axis=1)
+        few = blind & (n_seen < k)
+        last = np.flatnonzero(blind & ~few)
+        trusted_cosine[last] = cos[last, returned[last] - 1]
+        trusted_cosine[few] = ROW_LENGTH_MAX  # the unseen: any cosine a row can have
+        stats.filled += int(few.sum())
     if unit_q.shape[0] == 1:
         if exhausted[0]:  # nothing scanned: the bound on the candidates alone
             stats.certified = bound_held(top_s[:, -1], n_seen, (scan.w_min(weights), scan.w_max(weights)))

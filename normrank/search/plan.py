@@ -101,8 +101,10 @@ class SearchStats:
         widened: queries that scanned past the first chunk.
         filled: queries the index answered short while live documents it did not return
             remain (an IVF whose probed lists hold fewer documents than asked for; FAISS pads
-            the rest): ``"scan"``, those whose trusted rank the index left empty, scanned with
-            the unseen documents' cosines bounded only by the longest row (no trusted cosine);
+            the rest): ``"scan"``, those left with fewer than ``k`` live candidates, scanned
+            with the unseen documents' cosines bounded only by the longest row (one with ``k`` or
+            more but fewer than the trusted rank is bounded by the last cosine returned, as a
+            full trusted rank bounds it, and is not counted);
             ``"cosine"`` / ``"overfetch"``, those left with fewer than ``k`` results, completed
             by that scan (at alpha = 0 a full one). Exact over the whole collection; never
             certified.
