@@ -60,6 +60,7 @@ FUNCTION_CONCEPT = {
     ("normrank.search.ann", "_scan_one"): "scan",
     ("normrank.search.ann", "_scan_one_loop"): "scan",
     ("normrank.search.ann", "_scan_batch"): "scan",
+    ("normrank.search.ann", "_fill_short"): "scan",  # (a short IVF answer completed)
     ("normrank.search.flat", "inner_products"): "scan",
     ("normrank.search.flat", "inner_products_small"): "scan",
     ("normrank.search.flat", "_FaissProduct.__call__"): "scan",

@@ -160,31 +160,27 @@ def test_plan_follows_the_index_breadth_and_its_state(monkeypatch):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
-def test_single_query_padding_is_minus_one(alpha):
-    """An IVF probing one small list has fewer than k candidates: the rows are padded with
-    id -1 and score -inf, never a stored id, and hold what the batch path returns."""
+def test_a_single_query_short_of_candidates_is_completed_as_the_batch(alpha):
+    """An IVF probing one small list has fewer than k candidates (FAISS pads them with -1): one
+    query is completed as the batch path completes it, k stored ids and no pad while 300
+    documents exist, the exact top-k of the whole collection (tests/test_short_answers.py)."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((300, D)).astype(np.float32)
     idx = NormIndex(D, factory="IVF32,Flat")
-    idx.train(x)
+    idx.train(np.vstack([x, rng.standard_normal((1000, D)).astype(np.float32)]))  # 39 a list: quiet
     idx.add(x, ids=np.arange(300) + 1000)
     faiss.extract_index_ivf(idx.faiss_index).nprobe = 1
     q = rng.standard_normal((5, D)).astype(np.float32)
-    batch_s, batch_ids = idx.search(q, 40, alpha=alpha)
+    unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    assert (idx.faiss_index.search(unit_q, 40)[1] == -1).any(axis=1).all()  # FAISS pads each one
+    batch_s, batch_ids, stats = idx.search(q, 40, alpha=alpha, return_stats=True)
+    assert stats.filled == q.shape[0] and not stats.certified.any()
+    ref = brute_scores(x, q, alpha)
+    assert_same_topk(ref, np.arange(300) + 1000, batch_s, batch_ids, 40)
     for i in range(q.shape[0]):
         s, ids = idx.search(q[i], 40, alpha=alpha)
-        pad = ids[0] == -1
-        assert pad.any() and (ids[0][~pad] >= 1000).all()
-        assert np.isneginf(s[0][pad]).all() and np.isfinite(s[0][~pad]).all()
-        # The batch path: the same ranking up to float32 rounding (scores within 1e-5, ties in
-        # any order); the same padding exactly.
-        np.testing.assert_array_equal(pad, batch_ids[i] == -1)
-        np.testing.assert_allclose(s[0][~pad], batch_s[i][~pad], rtol=1e-5, atol=1e-6)
-        ref = brute_scores(x, q[i : i + 1], alpha)
-        for got_ids, got_s in ((ids[0], s[0]), (batch_ids[i], batch_s[i])):
-            kept = got_ids[~pad] - 1000
-            np.testing.assert_allclose(got_s[~pad], ref[0, kept], rtol=1e-5, atol=1e-6)
-        assert set(ids[0][~pad]) == set(batch_ids[i][~pad])  # one probed list: every candidate returned
+        assert_same_topk(ref[i : i + 1], np.arange(300) + 1000, s, ids, 40)
+        np.testing.assert_allclose(s[0], batch_s[i], rtol=1e-5, atol=1e-6)
 
 
 def test_single_cosine_query_is_faiss_own_answer_and_skips_removed_documents():

@@ -29,15 +29,27 @@ with the bands scanned exactly and their size chosen per query). The depths are 
 "Exact" is relative to the ANN index: the bound trusts that it returns the true cosine top-``T``,
 as any re-ranking of ANN output must. On FAISS codes (PQ, SQ) every cosine is the codes'
 own estimate (FAISS's search ranks by the same), so the result is exact with respect to those.
+
+A short answer is not an exhausted index: an IVF whose probed lists hold fewer documents than
+asked for returns those and pads the rest (ids ``-1``). Where it leaves the trusted rank empty
+and live documents unseen, the last cosine it returned bounds them (as a full trusted rank
+would) if it returned ``k`` live documents; if fewer, only
+:data:`~normrank.search.bound.ROW_LENGTH_MAX` does (any row's), so the scan reads on until the
+top-k is proven over the whole collection; ``"cosine"`` / ``"overfetch"`` answers left with fewer than
+``k`` results are completed by the same scan (:func:`_fill_short`). Counted in
+``SearchStats.filled``; never certified.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import faiss
 import numpy as np
 
+from normrank.errors import InvalidParameterError
 from normrank.search.batch_heaps import BatchHeaps
-from normrank.search.bound import unseen_can_beat
+from normrank.search.bound import ROW_LENGTH_MAX, unseen_can_beat
 from normrank.search.faiss_info import search_raw
 from normrank.search.flat import SMALL_NQ, inner_products, inner_products_small
 from normrank.search.id_lookup import IdLookup
@@ -99,10 +111,12 @@ def adaptive_search(
     order: WeightOrder | None = None,
     stats: SearchStats | None = None,
     weight_range: tuple[float, float] | None = None,
+    fill_order: Callable[[], WeightOrder] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``plan.k`` of ``cos * weights`` through the ANN ``index``, by ``plan.method``
     (the scan in the module docstring; ``"cosine"``: the index's own ranking; ``"overfetch"``:
-    ``plan.depth`` candidates re-scored).
+    ``plan.depth`` candidates re-scored). A ``"cosine"`` / ``"overfetch"`` answer the index left
+    short of ``k`` live documents while ``k`` exist is completed by :func:`_fill_short`.
 
     Args:
         index: FAISS inner-product index over unit vectors; returns ids that ``lookup`` maps.
@@ -114,16 +128,58 @@ def adaptive_search(
         stats: filled with what the search did when given.
         weight_range: ``(smallest, largest)`` of ``weights`` where the caller knows it (the
             certificate of a search that reads no weight order; else found by a pass).
+        fill_order: builds a weight order (either sign at alpha = 0) for :func:`_fill_short`,
+            called only when an answer is short; None: a short answer raises
+            :class:`~normrank.errors.InvalidParameterError`.
 
     Returns:
         ``(scores, positions)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` / ``-1``.
     """
     stats = stats if stats is not None else SearchStats()
     if plan.method == "cosine":
-        return _cosine(index, unit_q, plan, lookup, stats)
-    cos, cand_ids = _search(index, unit_q, plan.depth, plan.ef)
-    return rerank(cos, cand_ids, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
-                  weight_range=weight_range)  # fmt: skip
+        s, p = _cosine(index, unit_q, plan, lookup, stats)
+    else:
+        cos, cand_ids = _search(index, unit_q, plan.depth, plan.ef)
+        s, p = rerank(cos, cand_ids, unit_q, plan, weights=weights, lookup=lookup, order=order, stats=stats,
+                      weight_range=weight_range)  # fmt: skip
+    if plan.method != "scan" and p.size and p[:, -1].min() < 0 and lookup.n >= plan.k:
+        return _fill_short(unit_q, (s, p), plan, weights=weights, lookup=lookup, fill_order=fill_order,
+                           stats=stats)  # fmt: skip
+    return s, p
+
+
+def _fill_short(unit_q, top, plan: SearchPlan, *, weights, lookup: IdLookup, fill_order, stats: SearchStats):
+    """The queries of ``top = (scores, positions)`` left with fewer than ``k`` results by a
+    ``"cosine"`` / ``"overfetch"`` search while ``k`` live documents exist (an IVF whose probed
+    lists hold fewer), completed: the weight-order scan (:func:`_scan_one`, :func:`_scan_batch`;
+    alpha = 0: weights 1) from what the index returned, every unseen document's cosine bounded only by
+    :data:`~normrank.search.bound.ROW_LENGTH_MAX` (at alpha = 0 a full scan). Exact over the whole
+    collection; counted in ``stats.filled``, never certified."""
+    s, p = top
+    short = np.flatnonzero(p[:, -1] < 0)
+    if fill_order is None:
+        raise InvalidParameterError(
+            f"{short.size} queries got fewer than k = {plan.k} results from the index while "
+            f"{lookup.n} documents exist, and no weight order was given to complete them"
+        )
+    w = weights if weights is not None else np.ones(lookup.n, dtype=np.float32)
+    order, part = fill_order(), SearchStats()
+    if short.size == 1:  # one query: its scan in bounded blocks, as rerank's
+        one = short[0]
+        got_s, got_p = _scan_one(unit_q[one], (s[one], p[one]), p[one][p[one] >= 0], ROW_LENGTH_MAX,
+                                 weights=w, order=order, band=plan.band, stats=part)  # fmt: skip
+    else:
+        got_s, got_p = _scan_batch(unit_q[short], (s[short], p[short], p[short]),
+                                   np.full(short.size, ROW_LENGTH_MAX), np.zeros(short.size, dtype=bool),
+                                   weights=w, order=order, band=plan.band, stats=part)  # fmt: skip
+    s, p = s.copy(), p.copy()
+    s[short], p[short] = got_s, got_p
+    stats.certified = stats.certified.copy()
+    stats.certified[short] = False
+    stats.filled += int(short.size)
+    stats.scanned, stats.rounds = max(stats.scanned, part.scanned), stats.rounds + part.rounds
+    stats.widened += part.widened
+    return s, p
 
 
 def _cosine(index, unit_q, plan: SearchPlan, lookup: IdLookup, stats: SearchStats):
@@ -164,7 +220,10 @@ def rerank(
     depth)`` are the best cosines per query and their ids (padded with ids ``-1``), re-scored;
     ``plan.method == "scan"`` then scans ``order`` from the plan's first chunk, trusting the
     plan's rank (the depth is ``cos.shape[1]``: fewer where the source returned fewer, and the
-    trusted rank never past it)."""
+    trusted rank never past it). A query whose trusted rank the source left empty, with live
+    documents it did not return, is scanned with their cosines bounded by the last cosine
+    returned, or by ``ROW_LENGTH_MAX`` where fewer than ``k`` came back (module docstring); only
+    one that got every live document skips the scan."""
     stats = stats if stats is not None else SearchStats()
     k = plan.k
     depth = cos.shape[1]
@@ -195,9 +254,22 @@ def rerank(
         return top_s, top_p
     trust = min(depth, max(k, plan.trust))
     trusted_cosine = cos[:, trust - 1].astype(np.float64)
-    exhausted = cand_ids[:, -1] < 0  # the index had fewer than `depth` candidates to give
+    all_seen = n_seen >= weights.size
+    exhausted = (cand_ids[:, -1] < 0) & all_seen  # the index gave fewer than `depth`: all it holds
     # A trusted rank the index left empty bounds nothing, unless every document was returned.
-    provable = (cand_ids[:, trust - 1] >= 0) | (n_seen >= weights.size)
+    provable = (cand_ids[:, trust - 1] >= 0) | all_seen
+    if not provable.all():  # (an IVF whose probed lists hold fewer documents than the trusted rank)
+        # At least k returned: the last cosine returned bounds the unseen, as a trusted rank the
+        # index fills does (a document in an unprobed list is missing at any depth; FAISS's
+        # default nprobe 1 would otherwise read every row). Fewer than k: only a row's length
+        # bounds them, and the scan completes the top-k over the whole collection.
+        blind = ~provable
+        returned = (cand_ids >= 0).sum(axis=1)
+        few = blind & (n_seen < k)
+        last = np.flatnonzero(blind & ~few)
+        trusted_cosine[last] = cos[last, returned[last] - 1]
+        trusted_cosine[few] = ROW_LENGTH_MAX  # the unseen: any cosine a row can have
+        stats.filled += int(few.sum())
     if unit_q.shape[0] == 1:
         if exhausted[0]:  # nothing scanned: the bound on the candidates alone
             stats.certified = bound_held(top_s[:, -1], n_seen, (scan.w_min(weights), scan.w_max(weights)))

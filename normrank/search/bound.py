@@ -61,7 +61,8 @@ _U = 2.0**-24
 
 #: The longest row the cosine margin allows for: unit vectors up to their float32 rounding, and
 #: rows decoded from FAISS's SQ / PQ codes, whose lengths differ from 1 by their quantisation
-#: error (within a few percent for SQ8).
+#: error (within a few percent for SQ8). Also the cosine bound of a document the cosine source
+#: ranked nowhere (an IVF whose probed lists hold fewer than the trusted rank: no trusted cosine).
 ROW_LENGTH_MAX = 1.25
 
 #: Relative margin on a score: its float32 rounding (``u``), a weight computed in float32 by

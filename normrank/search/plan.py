@@ -99,6 +99,15 @@ class SearchStats:
         rounds: index fetches plus scan chunks of the query that needed most (the first fetch
             counts one; the flat kernel's single pass is one).
         widened: queries that scanned past the first chunk.
+        filled: queries the index answered short while live documents it did not return
+            remain (an IVF whose probed lists hold fewer documents than asked for; FAISS pads
+            the rest): ``"scan"``, those left with fewer than ``k`` live candidates, scanned
+            with the unseen documents' cosines bounded only by the longest row (one with ``k`` or
+            more but fewer than the trusted rank is bounded by the last cosine returned, as a
+            full trusted rank bounds it, and is not counted);
+            ``"cosine"`` / ``"overfetch"``, those left with fewer than ``k`` results, completed
+            by that scan (at alpha = 0 a full one). Exact over the whole collection; never
+            certified.
         cache_bytes: bytes the index's search cache holds after the search (PostgreSQL: the
             client's copy of the table, ids, weights and the vectors read so far).
         cache_budget_bytes: the budget of that cache's bounded parts (weights of the alphas not
@@ -108,12 +117,13 @@ class SearchStats:
             budget (:data:`normrank.settings.PG_CLIENT_CACHE_BYTES`), ``cache_bytes`` within it.
         groups: for a call with several alphas (one per query), each alpha's own stats; the
             fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;
-            ``widened``: the sum). Empty when every query had the same alpha.
+            ``widened``, ``filled``: the sum). Empty when every query had the same alpha.
         certified: one bool per query, in the caller's query order: the result is provably the
             exact top-k given the candidates the index returned (the bound of
             :func:`normrank.search.bound.unseen_can_beat` over the trusted cosine and the
             weights' range held before any scan row was read; ``"flat"``: exact over the whole
-            collection; ``"cosine"``: the index's own ranking, exact w.r.t. its candidates;
+            collection; ``"cosine"``: the index's own ranking, exact w.r.t. its candidates, but
+            not a short answer completed (``filled``);
             ``"overfetch"``: the bound checked on the re-scored depth, nothing scanned). A
             query not certified may still be exact: its scan went on until the bound held.
             Only NormIndex fills it; empty (not all False) where a backend does not
@@ -125,6 +135,7 @@ class SearchStats:
     scanned: int = 0
     rounds: int = 0
     widened: int = 0
+    filled: int = 0
     cache_bytes: int = 0
     cache_budget_bytes: int = 0
     groups: dict[float, SearchStats] = field(default_factory=dict)
@@ -149,6 +160,7 @@ class SearchStats:
         self.scanned = max(self.scanned, part.scanned)
         self.rounds = max(self.rounds, part.rounds)
         self.widened += part.widened
+        self.filled += part.filled
 
 
 def plan_search(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import faiss
 import numpy as np
@@ -162,8 +163,8 @@ def search_into(
                 block = SearchStats()
                 q = unit_q[rows[r0 : r0 + _ANN_QUERY_BLOCK]]
                 parts.append(_ann.adaptive_search(target.index, q, plan, weights=weights, lookup=lookup,
-                                                  order=order, stats=block,
-                                                  weight_range=over))  # fmt: skip
+                                                  order=order, stats=block, weight_range=over,
+                                                  fill_order=partial(_weight_order, target, alpha)))  # fmt: skip
                 group.include(block)
             s, pos = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         scores[rows] = s
@@ -192,12 +193,17 @@ def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
     weights = cache.power(target.base, alpha)
     if plan.method == "overfetch" and weights is None:  # cosine through the re-scoring path: weights 1
         weights = np.ones(target.doc_ids.size, dtype=np.float32)
-    order = None
-    if plan.method == "scan":
-        if cache.rows is None:
-            cache.rows = row_source(target.index, target.inner, target.doc_ids, target.n_removed)
-        order = cache.order(target.base, alpha, cache.rows)
+    order = _weight_order(target, alpha) if plan.method == "scan" else None
     return weights, cache.id_lookup(target.doc_ids), order
+
+
+def _weight_order(target: SearchTarget, alpha: float):
+    """The search cache's weight order for the sign of ``alpha`` (alpha = 0: either, its weights
+    all 1), its row source made at the first use."""
+    cache = target.cache
+    if cache.rows is None:
+        cache.rows = row_source(target.index, target.inner, target.doc_ids, target.n_removed)
+    return cache.order(target.base, alpha or 1.0, cache.rows)
 
 
 class OneQuery:
@@ -236,8 +242,8 @@ class OneQuery:
         weights, lookup, order = _ann_inputs(target, plan, a)
         over = target.cache.weight_range(target.base, a) if plan.method == "overfetch" else None
         s, pos = _ann.adaptive_search(target.index, unit_q, plan, weights=weights, lookup=lookup,
-                                      order=order, stats=stats,
-                                      weight_range=over)  # fmt: skip
+                                      order=order, stats=stats, weight_range=over,
+                                      fill_order=partial(_weight_order, target, a))  # fmt: skip
         return s, target.doc_ids.at(pos)
 
 
