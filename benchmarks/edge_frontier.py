@@ -15,7 +15,8 @@ by qdrant_edge_bench.open_or_build). Per ``hnsw_ef`` and alpha, each method is a
 * ``client K'``: the same K' nearest re-scored in numpy (what the formula itself costs).
 
 An untimed pass then times normrank's engine calls one by one (``breakdown``: calls, first and
-later rounds, the Python between them, widened share).
+later rounds, the Python between them, widened share; "engine alone / plain": the engine calls'
+time over the plain query's, the ratio normrank would have with no Python at all).
 
 Recall@10 is against numpy's exact weighted top-10 over every point (bench_exact.py, ties
 counted). Time is the process's CPU time (``--clock wall``: wall clock) per query, one search
@@ -336,14 +337,23 @@ def render(result: dict) -> str:
         "## normrank's single queries taken apart (untimed pass: engine calls timed one by one)",
         "",
         "| hnsw_ef | alpha | engine calls / query | widened share | first round us | later rounds us "
-        "| Python us | total us | load |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Python us | total us | engine alone / plain | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for b in result.get("normrank_breakdown", []):
+        plain = next(
+            (
+                r["us"]
+                for r in rows
+                if (r["ef"], r["nq"], r["alpha"], r["method"]) == (b["ef"], "single", b["alpha"], "plain")
+            ),
+            float("nan"),
+        )
+        floor = (b["us_first_round"] + b["us_later_rounds"]) / plain
         lines.append(
             f"| {b['ef']} | {b['alpha']:+} | {b['calls_per_query']:.2f} | {b['widened_share']:.2f} | "
             f"{b['us_first_round']:.0f} | {b['us_later_rounds']:.0f} | {b['us_python']:.0f} | "
-            f"{b['us_total']:.0f} | {b['load']:.2f} |"
+            f"{b['us_total']:.0f} | {floor:.2f} | {b['load']:.2f} |"
         )
     lines += [
         "",

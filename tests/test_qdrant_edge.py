@@ -503,6 +503,93 @@ def test_first_band_seen_in_part_is_searched_again(syn_cosine_first, alpha, monk
     assert len(reqs[0]) == 2 * q.shape[0]  # each query's cosine request and its band's
 
 
+def numpy_top(x, ids, q, alpha, k=10):
+    """Brute force in float64 over the raw vectors: ``cos(q, d) * ||d||**alpha``, the best ``k``."""
+    norms = np.linalg.norm(x.astype(np.float64), axis=1)
+    qu = q.astype(np.float64) / np.linalg.norm(q.astype(np.float64), axis=1, keepdims=True)
+    s = (qu @ (x / norms[:, None]).T) * norms**alpha
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(s, order, axis=1), ids[order]
+
+
+@pytest.fixture(scope="module")
+def syn_default(tmp_path_factory):
+    """An exact shard at the default first band and depth: the bound holds after the first
+    round for some queries, not for others."""
+    x, q = clustered(3000, 60, d=16, seed=11)
+    ids = np.arange(3000, dtype=np.int64) * 5 + 2
+    ei = QdrantEdgeNormIndex(tmp_path_factory.mktemp("dflt") / "s", 16, exact=True)
+    ei.add(x, ids)
+    yield ei, x, ids, q
+    ei.close()
+
+
+@pytest.mark.parametrize("alpha", [-1.0, -0.5, 0.5, 1.0])
+def test_queries_with_and_without_a_widened_band_equal_numpy(syn_default, alpha, monkeypatch):
+    """Both paths of the second request: a query whose bound holds after the first round gets
+    the engine's formula over its top-k alone (one prefetch); one whose bound fails gets the
+    widened band's ranges too. Either way two engine calls, and numpy's brute-force top-10."""
+    ei, x, ids, q = syn_default
+    ref_s, ref_ids = numpy_top(x, ids, q, alpha)
+    sent = []
+    query = QdrantEdgeNormIndex._query
+    monkeypatch.setattr(QdrantEdgeNormIndex, "_query", lambda self, r: sent.append(r) or query(self, r))
+    widened = []
+    for i in range(q.shape[0]):
+        sent.clear()
+        s, got = ei.search(q[i], 10, alpha=alpha)
+        assert_same_top(s, got, ref_s[i : i + 1], ref_ids[i : i + 1])
+        assert len(sent) == 2 and len(sent[1]) == 1, [len(r) for r in sent]
+        prefetches = len(sent[1][0].prefetches)
+        assert (prefetches > 1) == bool(ei.last_widened), (prefetches, ei.last_widened)
+        widened.append(ei.last_widened)
+    assert 0 < sum(widened) < q.shape[0], widened  # both paths ran
+    # A batch sends one engine call per round for all its queries, with the same answers.
+    sent.clear()
+    s, got = ei.search(q, 10, alpha=alpha)
+    assert_same_top(s, got, ref_s, ref_ids)
+    assert len(sent) == 2 and len(sent[1]) == q.shape[0]
+    assert ei.last_widened == sum(widened)
+
+
+def test_top_unique_keeps_each_id_once_in_score_order():
+    """The first round's top-k (the cosine depth and the first band may share points): each id
+    once, at its first place in decreasing score (ties in input order), as a plain loop does."""
+    from normrank.backends.edge_requests import top_unique
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        m, k = int(rng.integers(1, 40)), int(rng.integers(1, 15))
+        pid = rng.integers(0, 12 if trial % 2 else 1000, m).astype(np.int64)
+        sc = rng.integers(0, 6, m).astype(np.float64) if trial % 3 == 0 else rng.normal(size=m)
+        sc = np.array([sc[list(pid).index(p)] for p in pid])  # a repeated id has one score
+        want, seen = [], set()
+        for j in sorted(range(m), key=lambda j: (-sc[j], j)):
+            if pid[j] not in seen:
+                seen.add(pid[j])
+                want.append(j)
+        got_ids, got_s = top_unique(pid, sc, k)
+        np.testing.assert_array_equal(got_ids, pid[want[:k]])
+        np.testing.assert_array_equal(got_s, sc[want[:k]])
+
+
+def test_concurrent_searches_return_what_one_thread_does(syn_default):
+    """Searches from several threads at once (the index's caches are filled under its lock)
+    return what the same searches return one after another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ei, _, _, q = syn_default
+    alphas = [-1.0, 0.5, 1.0, -0.5, 0.0]
+    jobs = [(i % q.shape[0], alphas[i % len(alphas)]) for i in range(80)]
+    want = [ei.search(q[i], 10, alpha=a) for i, a in jobs]
+    ei._set_mirror(ei._ids, ei._norms, ei._weights)  # caches emptied: the threads fill them
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda job: ei.search(q[job[0]], 10, alpha=job[1]), jobs))
+    for (ws, wi), (gs, gi) in zip(want, got, strict=True):
+        np.testing.assert_array_equal(gi, wi)
+        np.testing.assert_array_equal(gs, ws)
+
+
 @pytest.mark.parametrize(
     ("attr", "bad"),
     [("hnsw_ef", 0), ("hnsw_ef", -1), ("hnsw_ef", 2.5), ("hnsw_ef", "64"), ("k_factor", 0),

@@ -40,7 +40,17 @@ class EdgeRequests:
 
     def _band_filter(self, alpha: float, edge: float | None, inner: float | None = None) -> Any:
         """Points strictly beyond ``edge`` on the side alpha favours (``None``: no limit), and,
-        with ``inner``, not strictly beyond ``inner`` (the part of a band outside a smaller one)."""
+        with ``inner``, not strictly beyond ``inner`` (the part of a band outside a smaller one).
+        A first band's (no ``inner``) is built once per edge: filters are immutable values."""
+        if inner is not None:
+            return self._new_band_filter(alpha, edge, inner)
+        key = ("filter", self._key(), alpha > 0, edge)
+        got = self._derived.get(key)
+        if got is None:
+            got = self._derived[key] = self._new_band_filter(alpha, edge, None)
+        return got
+
+    def _new_band_filter(self, alpha: float, edge: float | None, inner: float | None) -> Any:
         qe = edge_module()
         lo, hi = (edge, inner) if alpha > 0 else (inner, edge)  # norms in (lo, hi] or [lo, hi)
         rng = qe.RangeFloat(gt=lo, lte=hi) if alpha > 0 else qe.RangeFloat(gte=lo, lt=hi)
@@ -51,12 +61,15 @@ class EdgeRequests:
     def _key(self) -> str:
         return NORM if self._weights is None else WEIGHT
 
-    def _search_params(self) -> Any:
-        key = ("params", self.exact, self.hnsw_ef)  # hnsw_ef may be changed between searches
+    def _search_params(self, exact: bool = False) -> Any:
+        """The requests' ``SearchParams`` (``exact``: an exact search whatever the options), one
+        object per setting: params are immutable values."""
+        exact = exact or self.exact
+        key = ("params", exact, None if exact else self.hnsw_ef)  # hnsw_ef may change between searches
         got = self._derived.get(key)
         if got is None:
             qe = edge_module()
-            got = qe.SearchParams(exact=True) if self.exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
+            got = qe.SearchParams(exact=True) if exact else qe.SearchParams(hnsw_ef=self.hnsw_ef)
             self._derived[key] = got
         return got
 
@@ -78,17 +91,17 @@ class EdgeRequests:
             self._derived[key] = got
         return got
 
-    def _request(self, vec: list[float], k: int, alpha: float, depth: int) -> Any:
+    def _request(self, vec: Any, k: int, alpha: float, depth: int) -> Any:
         """First round, by cosine alone: the ``depth`` best (``k`` at alpha = 0, where that is
         the answer). The formula comes in the last round, over the points that can make the
         top-k: run here over the whole depth it cost a third of a plain query (27k real
         MiniLM embeddings, hnsw_ef 1024)."""
         qe = edge_module()
         return qe.QueryRequest(
-            limit=k if alpha == 0 else depth, query=qe.Query.Nearest(vec), params=self._search_params()
+            limit=k if alpha == 0 else depth, query=_nearest(vec), params=self._search_params()
         )
 
-    def _band_request(self, vec: list[float], alpha: float, edge: float | None) -> Any:
+    def _band_request(self, vec: Any, alpha: float, edge: float | None) -> Any:
         """First round, sent with :meth:`_request`: the ``FIRST_LIMIT`` best cosines of the first
         band (the engine scans a band below its full-scan threshold exactly). Its best scores
         raise the k-th score, which shrinks the band the bound asks for (100k MiniLM-like
@@ -96,7 +109,7 @@ class EdgeRequests:
         qe = edge_module()
         return qe.QueryRequest(
             limit=FIRST_LIMIT,
-            query=qe.Query.Nearest(vec),
+            query=_nearest(vec),
             filter=self._band_filter(alpha, edge),
             params=self._search_params(),
         )
@@ -120,7 +133,7 @@ class EdgeRequests:
         # Cut where the weight has fallen by equal ratios (plain floats: numpy's per-call
         # overhead would be most of a single query's Python time).
         step = (w_lo / w_hi) ** (1.0 / parts)
-        cuts = [int(np.searchsorted(neg_w, -w_hi * step**j, "left")) for j in range(1, parts)]
+        cuts = np.searchsorted(neg_w, [-w_hi * step**j for j in range(1, parts)], "left").tolist()
         bounds = [first] + [self._band(alpha, c) for c in cuts] + [self._band(alpha, need)]
         out = []
         for (s0, e0), (s1, e1) in itertools.pairwise(bounds):
@@ -131,7 +144,7 @@ class EdgeRequests:
 
     def _widening_request(
         self,
-        vec: list[float],
+        vec: Any,
         alpha: float,
         ranges: list[list],
         *,
@@ -146,14 +159,16 @@ class EdgeRequests:
         round's top-k (found by cosine alone), fetched by id so that the formula scores them too."""
         qe = edge_module()
         ex = qe.Expression
+        query = _nearest(vec)
+        params = self._search_params()
         prefetch = []
         if rescore:
             prefetch.append(
                 qe.Prefetch(
                     limit=len(rescore),
-                    query=qe.Query.Nearest(vec),
+                    query=query,
                     filter=qe.Filter(must=[qe.HasIdCondition(set(rescore))]),
-                    params=qe.SearchParams(exact=True),
+                    params=self._search_params(exact=True),
                 )
             )
         for _size, edge, inner, w_max, _rank, limit in ranges:
@@ -161,9 +176,9 @@ class EdgeRequests:
             prefetch.append(
                 qe.Prefetch(
                     limit=limit,
-                    query=qe.Query.Nearest(vec),
+                    query=query,
                     filter=self._band_filter(alpha, edge, inner=inner),
-                    params=self._search_params(),
+                    params=params,
                     score_threshold=threshold,
                 )
             )
@@ -179,6 +194,12 @@ class EdgeRequests:
         return qe.QueryRequest(limit=limit, query=formula, prefetches=prefetch)
 
 
+def _nearest(vec: Any) -> Any:
+    """The engine's nearest query for ``vec``: a unit vector (a list of floats), or the
+    ``Query.Nearest`` made of it once per search and shared by all the query's requests."""
+    return vec if not isinstance(vec, list) else edge_module().Query.Nearest(vec)
+
+
 def _threshold(kth: float, w_max: float, dim: int) -> float | None:
     """The cosine a range's point needs to reach ``kth`` with weight at most ``w_max``
     (:func:`normrank.search.bound.cosine_limit`: low by the bound's margin); none for kth <= 0,
@@ -192,13 +213,18 @@ def _threshold(kth: float, w_max: float, dim: int) -> float | None:
 
 def top_unique(pid: np.ndarray, sc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best ``(ids, scores)`` in decreasing score, each id once (a first band's point
-    may also be among the best cosines)."""
+    may also be among the best cosines): the first place of each id in the stable order."""
     order = np.argsort(-sc, kind="stable")
-    pid, sc = pid[order], sc[order]
-    if np.unique(pid).size < pid.size:
-        keep = np.sort(np.unique(pid, return_index=True)[1])
-        pid, sc = pid[keep], sc[keep]
-    return pid[:k], sc[:k]
+    ids = pid.tolist()
+    keep, seen = [], set()
+    for j in order.tolist():  # stops after k distinct ids: a few more than k steps
+        if ids[j] not in seen:
+            seen.add(ids[j])
+            keep.append(j)
+            if len(keep) == k:
+                break
+    at = np.array(keep, dtype=np.intp)
+    return pid[at], sc[at]
 
 
 def merge_into(scores: np.ndarray, ids: np.ndarray, pts: list) -> None:

@@ -35,7 +35,6 @@ searched through the filtered graph), as for FAISS ANN indexes.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 from pathlib import Path
@@ -453,11 +452,23 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
     def _params(self) -> dict[str, int]:
         return hnsw_params(None if self.exact else self.hnsw_ef)
 
+    def _plan(self, k: int) -> tuple[int, int, int]:
+        """``(depth, trust, first band)`` of a search for ``k`` at the current options: the plan's
+        (:func:`normrank.search.norm_band.search_depths`, :func:`~normrank.search.norm_band.first_band`),
+        kept per options until the shard changes (two plans cost ~25 us a query)."""
+        key = ("plan", k, self.k_factor, self.exact, self.hnsw_ef, self.max_depth, self.n_tail)
+        got = self._derived.get(key)
+        if got is None:
+            n, params = self.ntotal, self._params()
+            depth, trust = search_depths(n, k, self.k_factor, params, self.max_depth)
+            got = self._derived[key] = (depth, trust, first_band(n, params, self.n_tail))
+        return got
+
     def _widen(
         self,
-        vecs: list[list[float]],
+        vecs: list[Any],
         k: int,
-        alphas: np.ndarray,
+        alphas: list[float],
         wide: dict[int, list[list]],
         *,
         scores: np.ndarray,
@@ -469,14 +480,15 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
         cosine at most the last one returned, so unless the k-th score already beats that times
         the range's ``w_max``, the range is asked again, twice as deep. ``rescore`` (query ->
         ids): rows whose scores were computed here from cosines, replaced by the engine's
-        formula scores in the first pass."""
+        formula scores in the first pass. ``vecs``: each query's ``Query.Nearest`` (or its
+        unit vector as a list)."""
         pending = dict(wide)
         rescore = rescore or {}
         while pending:
             order = list(pending)
             reqs = [
                 self._widening_request(
-                    vecs[i], float(alphas[i]), pending[i], kth=float(scores[i, -1]), rescore=rescore.get(i)
+                    vecs[i], alphas[i], pending[i], kth=float(scores[i, -1]), rescore=rescore.get(i)
                 )
                 for i in order
             ]
@@ -485,59 +497,65 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                 if i in rescore:
                     # Every point of the row comes back with the engine's score, and the engine
                     # sorts by it: the row is the first k.
-                    m = min(k, len(pts))
+                    head = pts[:k]
                     scores[i], ids[i] = -np.inf, -1
-                    scores[i, :m] = [p.score for p in pts[:m]]
-                    ids[i, :m] = [p.id for p in pts[:m]]
+                    scores[i, : len(head)] = [p.score for p in head]
+                    ids[i, : len(head)] = [p.id for p in head]
                 else:
                     merge_into(scores[i], ids[i], pts)
                 ranges = pending[i]
                 if not any(len(pts) >= r[5] and r[5] < r[0] for r in ranges):  # (false if none)
-                    continue  # no range returned its whole limit (the usual case)
-                a = float(alphas[i])
-                pos = self._lookup()(np.array([int(p.id) for p in pts], dtype=np.int64))
-                w = self._powered(a)[pos]
-                got = np.array([p.score for p in pts], dtype=np.float64)
-                # The cosines behind the engine's float32 scores (1 where a weight underflowed
-                # to 0 and hides it: the bound then asks again, deeper, rather than guess).
-                cos = cosine_ceiling(got, w)
-                rank = self._rank(1 if a > 0 else -1)[pos]
-                w_min = float(self._sorted_weights(a)[0][-1])
-                again = []
-                for r in ranges:
-                    size, _edge, _inner, w_max, r0, limit = r
-                    mine = (rank >= r0) & (rank < r0 + size)
-                    if limit >= size or mine.sum() < limit:
-                        continue
-                    if unseen_can_beat(float(scores[i, -1]), float(cos[mine].min()), w_max, w_min, self.dim):
-                        again.append([*r[:5], min(size, 2 * limit)])
+                    continue  # no range can have returned its whole limit (the usual case)
+                again = self._ranges_again(pts, alphas[i], ranges, kth=float(scores[i, -1]))
                 if again:
                     nxt[i] = again
             pending, rescore = nxt, {}
+
+    def _ranges_again(self, pts: list[Any], alpha: float, ranges: list[list], *, kth: float) -> list[list]:
+        """The ranges of one query's last request to ask again, twice as deep: those that
+        returned their whole limit while the bound does not clear their points below the last
+        cosine returned (:func:`normrank.search.bound.unseen_can_beat`)."""
+        pos = self._lookup()(np.array([p.id for p in pts], dtype=np.int64))
+        w = self._powered(alpha)[pos]
+        got = np.array([p.score for p in pts], dtype=np.float64)
+        # The cosines behind the engine's float32 scores (1 where a weight underflowed to 0 and
+        # hides it: the bound then asks again, deeper, rather than guess).
+        cos = cosine_ceiling(got, w)
+        rank = self._rank(1 if alpha > 0 else -1)[pos]
+        w_min = float(self._sorted_weights(alpha)[0][-1])
+        again = []
+        for r in ranges:
+            size, _edge, _inner, w_max, r0, limit = r
+            mine = (rank >= r0) & (rank < r0 + size)
+            if limit >= size or mine.sum() < limit:
+                continue
+            if unseen_can_beat(kth, float(cos[mine].min()), w_max, w_min, self.dim):
+                again.append([*r[:5], min(size, 2 * limit)])
+        return again
 
     def search(
         self, q: ArrayLike, k: int, *, alpha: float | ArrayLike | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` by ``cos(q, d) * ||d||**alpha`` (``alpha`` scalar or one per query); every
         returned score is the engine's own formula value, not recomputed here."""
-        unit_q, alphas, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
+        unit_q, alpha_arr, scores, ids = start_search(q, k, self.dim, self.alpha if alpha is None else alpha)
         nq, k = scores.shape
         if not nq:
             return scores, ids
+        nearest = edge_module().Query.Nearest
         with self._lock:
             self._check_open()
             self.last_widened = 0  # queries whose band was widened (for benchmarks and tuning)
-            n = self.ntotal
-            if n == 0:
+            if self.ntotal == 0:
                 return scores, ids
-            params = self._params()
-            depth, trust = search_depths(n, k, self.k_factor, params, self.max_depth)
-            t0 = first_band(n, params, self.n_tail)
-            vecs = unit_q.tolist()
-            bands = [self._band(float(a), t0) if a != 0 else (0, None) for a in alphas]
+            depth, trust, t0 = self._plan(k)
+            alphas = alpha_arr.tolist()
+            # One engine query vector per query, shared by all its requests (converting the
+            # vector is most of what building a request costs).
+            vecs = [nearest(v) for v in unit_q.tolist()]
+            bands = [self._band(a, t0) if a != 0 else (0, None) for a in alphas]
             reqs, band_at = [], {}
-            for i in range(nq):
-                a = float(alphas[i])
+            for i, a in enumerate(alphas):
                 reqs.append(self._request(vecs[i], k, a, depth))
                 if bands[i][0] and a != 0:
                     band_at[i] = len(reqs)
@@ -545,8 +563,7 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
             results = self._query(reqs)
             wide, rescore = {}, {}
             at = 0
-            for i in range(nq):
-                a = float(alphas[i])
+            for i, a in enumerate(alphas):
                 pts = results[at]
                 at += 1 + (i in band_at)
                 if a == 0:
@@ -554,8 +571,9 @@ class QdrantEdgeNormIndex(ShardMirror, EdgeRequests):
                     ids[i, : len(pts)] = [p.id for p in pts]
                     continue
                 bpts = results[band_at[i]] if i in band_at else []
-                pid = np.fromiter((p.id for p in itertools.chain(pts, bpts)), np.int64, len(pts) + len(bpts))
-                cs = np.fromiter((p.score for p in itertools.chain(pts, bpts)), np.float64, pid.size)
+                both = pts + bpts if bpts else pts
+                pid = np.array([p.id for p in both], dtype=np.int64)
+                cs = np.array([p.score for p in both], dtype=np.float64)
                 pos = self._lookup()(pid)
                 if (pos < 0).any():
                     raise IndexStateError(
