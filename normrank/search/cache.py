@@ -177,7 +177,8 @@ class SearchCache:
             else:  # the scan budget shared by both signs, first come first served
                 if self._pools is None:
                     self._pools = (BytePool(self.budget.prefix), BytePool(self.budget.codes))
-                order = WeightOrder(self.ascending, sign, rows, *self._pools)
+                prefix, codes = self._pools
+                order = WeightOrder(self.ascending, sign, rows, prefix_bytes=prefix, scan_codes_bytes=codes)
             self.orders[sign] = order
         return order
 
