@@ -1,7 +1,10 @@
 """The recall-latency frontier of norm-weighted top-10 search (issue 48, deliverable 1; not a test).
 
-``score(q, d) = cos(q, d) * ||d||**alpha``. For each set, index kind and alpha, every method is run
-at its operating points, and each point is one (microseconds per query, recall@10) pair:
+``score(q, d) = cos(q, d) * ||d||**alpha``. Sets: real-8.4k (SciFact + CACM MiniLM-L6, cached),
+real-27k (every cached BEIR corpus), generated-100k (``synthetic_like`` of the 8.4k); indexes:
+HNSW32 (efSearch 64, 512), IVF-Flat, and on the 100k IVF-PQ48 and HNSW32,SQ8 (``configs``: the cuts
+that fit the run in an hour). For each set, index and alpha, every method is run at its operating
+points, and each point is one (microseconds per query, recall@10) pair:
 
 * ``plain``: FAISS cosine top-10 (the baseline every ratio divides by; its weighted recall);
 * ``normrank``: ``NormIndex`` over the very FAISS index plain searches (``ann="adaptive"``, the
@@ -13,16 +16,21 @@ at its operating points, and each point is one (microseconds per query, recall@1
 * ``baked``: an index of ``d_hat * ||d||**a0`` (a0 = -0.25, benchmarks/speed.py's choice), re-scored
   by ``||d||**(alpha - a0)``: at depth K', and with the bound of ``depth_growing_search``
   (benchmarks/ann_alternatives.py);
+* ``banded``: norm ranging (ann_alternatives.Banded): one index per norm quartile, each searched at a
+  growing depth (from 20 or 100) until its bound holds;
 * ``brute-force``: numpy, every document scored (the exact reference's own method).
 
 Recall@10 is against the exact weighted top-10 over the whole collection (bench_exact.py, ties
 counted). Time is one thread, wall clock (``--clock cpu``: the thread's CPU time, for a shared
 machine), the methods interleaved in rounds (speed.py's ``timed`` / ``timed_single``), medians;
-single queries (nq = 1) are timed one call each, batches (nq = 100) as one call. Ratios to plain in
-the same run are what compare. The committed results come from the first command:
+single queries (nq = 1) are timed one call each (their recall: those calls' results), batches
+(nq = 100; 50 above 20k documents) as one call. normrank's points also record the share of queries
+whose ``SearchStats.certified`` is true. Ratios to plain in the same run are what compare. The
+committed results come from the first command:
 
-    python benchmarks/frontier.py --clock cpu  # ~30 min on 2 busy cores: results/frontier*.{json,md,png}
-    python benchmarks/frontier.py --quick   # a smoke test: small set, two alphas (~1 min)
+    python benchmarks/frontier.py --clock cpu  # ~50 min on 2 busy cores: results/frontier*.{json,md,png}
+    python benchmarks/frontier.py --clock cpu --resume  # only the (set, index) pairs the JSON lacks
+    python benchmarks/frontier.py --quick   # a smoke test: 3k generated, every index kind (< 1 min)
     python benchmarks/frontier.py --render  # chart and table again from results/frontier.json
 """
 
@@ -159,8 +167,7 @@ def load_sets(quick: bool) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], st
             sets.append((f"real-{all_docs.shape[0] / 1000:.0f}k", all_docs, shuffled(all_queries)))
             source += f"; every cached corpus ({'+'.join(all_used)})"
     x100k, q100k = synthetic_like(docs, queries, 100_000, 100, seed=1)
-    # The 100k set runs second: the issue's numbers are on it, and a run cut short keeps it.
-    return [sets[0], ("generated-100k", x100k, q100k), *sets[1:]], source
+    return [*sets, ("generated-100k", x100k, q100k)], source
 
 
 def shuffled(queries: np.ndarray) -> np.ndarray:
@@ -171,14 +178,15 @@ def shuffled(queries: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Config:
     """One index at one breadth: ``kind`` names the breadth knob ("hnsw": efSearch ``ef``;
-    "ivf": nprobe from the ladder); ``extras``: the baked and banded indexes are built beside it."""
+    "ivf": nprobe from the ladder); ``baked`` / ``banded``: those indexes are built beside it."""
 
     name: str
     factory: str
     kind: str
     ef: int | None
     alphas: tuple[float, ...]
-    extras: bool
+    baked: bool
+    banded: bool
     kprimes: tuple[int, ...] = KPRIMES
 
 
@@ -195,12 +203,28 @@ def configs(label: str, n: int, quick: bool) -> list[Config]:
         alphas, codes, efs, kps, lean = ALPHAS, CODE_ALPHAS, (64, 512), KPRIMES, KPRIMES_LEAN
     if label.startswith("real") and n > 20_000:  # (cut to fit the run)
         efs, kps = (64,), lean
-    out = [Config(f"HNSW32 ef{ef}", "HNSW32", "hnsw", ef, alphas, True, kps) for ef in efs]
-    out.append(Config(f"IVF{nlist},Flat", f"IVF{nlist},Flat", "ivf", None, alphas, True, kps))
-    if label.startswith("generated"):
-        out.append(Config(f"IVF{nlist},PQ48", f"IVF{nlist},PQ48", "ivf", None, codes, False, lean))
-        out += [Config(f"HNSW32,SQ8 ef{ef}", "HNSW32,SQ8", "hnsw", ef, codes, False, lean) for ef in efs]
-    return out
+    if quick or not label.startswith("generated"):
+        out = [Config(f"HNSW32 ef{ef}", "HNSW32", "hnsw", ef, alphas, True, True, kps) for ef in efs]
+        out.append(Config(f"IVF{nlist},Flat", f"IVF{nlist},Flat", "ivf", None, alphas, True, True, kps))
+        if quick:
+            out.append(Config(f"IVF{nlist},PQ48", f"IVF{nlist},PQ48", "ivf", None, codes, False, False, lean))
+            out += [
+                Config(f"HNSW32,SQ8 ef{ef}", "HNSW32,SQ8", "hnsw", ef, codes, False, False, lean)
+                for ef in efs
+            ]
+        return out
+    # The 100k set, cut to fit the run: the indexes after the first at four alphas, in the order of
+    # what the issue asks first; efSearch 512 without the baked index and the bands (a second and
+    # third graph to build). (At efSearch 64 the baked bound took 0.1-0.7 s a query at alpha > 0:
+    # its depth grows to the whole collection.)
+    return [
+        Config("HNSW32 ef64", "HNSW32", "hnsw", 64, alphas, True, True, kps),
+        Config(f"IVF{nlist},Flat", f"IVF{nlist},Flat", "ivf", None, codes, True, True, kps),
+        Config(f"IVF{nlist},PQ48", f"IVF{nlist},PQ48", "ivf", None, codes, False, False, lean),
+        Config("HNSW32,SQ8 ef512", "HNSW32,SQ8", "hnsw", 512, codes, False, False, lean),
+        Config("HNSW32 ef512", "HNSW32", "hnsw", 512, codes, False, False, kps),
+        Config("HNSW32,SQ8 ef64", "HNSW32,SQ8", "hnsw", 64, codes, False, False, lean),
+    ]
 
 
 def ivf_factory(m: int) -> str:
@@ -210,7 +234,7 @@ def ivf_factory(m: int) -> str:
 
 def build_indexes(x: np.ndarray, cfg: Config) -> dict:
     """NormIndex (its FAISS index is plain's), FAISS's IndexRefineFlat over it and the raw
-    vectors, and (``cfg.extras``) the baked index and the norm bands over the same index kind;
+    vectors, and (``cfg.baked``, ``cfg.banded``) the baked index and the norm bands over the same kind;
     with each one's build seconds (two threads)."""
     n, d = x.shape
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
@@ -230,12 +254,13 @@ def build_indexes(x: np.ndarray, cfg: Config) -> dict:
     # The alpha = 1 score exactly: IndexRefineFlat over the raw vectors (ids 0..n-1 are positions).
     refine = faiss.IndexRefineFlat(ni.faiss_index, faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)))
     refine.own_fields = False  # the base belongs to NormIndex
-    if cfg.extras:
+    if cfg.baked:
         t0 = time.perf_counter()
         out["baked"] = speed.build(
             (xu * norms[:, None] ** BAKED_A0).astype(np.float32), cfg.factory, cfg.kind, 64, xu[sample]
         )
         secs["baked"] = time.perf_counter() - t0
+    if cfg.banded:
         t0 = time.perf_counter()
         factory_for = ivf_factory if cfg.kind == "ivf" else (lambda m: cfg.factory)
         out["banded"] = Banded(x, lambda u, f: speed.build(u, f, cfg.kind, 64), factory_for, n_bands=N_BANDS)
@@ -355,10 +380,15 @@ def measure(label, x, q, cfg: Config, args, rows, stats, built: dict, meta: dict
     if (label, cfg.factory) not in built:
         built.clear()  # one index (and its companions) in memory at a time
         built[label, cfg.factory] = build_indexes(x, cfg)
-        meta["build_s"].setdefault(label, {})[cfg.factory] = built[label, cfg.factory]["build_s"]
+        by = meta["build_s"].setdefault(label, {})
+        # (a second build of the same factory, without the baked index or the bands, keeps the first's)
+        by[cfg.factory if cfg.factory not in by else f"{cfg.factory} again"] = built[label, cfg.factory][
+            "build_s"
+        ]
     b = built[label, cfg.factory]
     plain = b["ni"].faiss_index
-    qb, q1 = q[: args.nq_batch], q[: args.nq_single]
+    # Batches of 50 above 20k documents (cut to fit the run: batch timing was 2/3 of its time).
+    qb, q1 = q[: args.nq_batch if x.shape[0] <= 20_000 else args.nq_batch // 2], q[: args.nq_single]
     nlist = int(4 * np.sqrt(x.shape[0]))
     if cfg.kind == "hnsw":
         speed.set_params(plain, "hnsw", cfg.ef)
@@ -494,7 +524,9 @@ def chart(rows: list[dict], label: str, path: Path) -> None:
     for i, idx in enumerate(idxs):
         here = [r for r in mine if r["index"] == idx]
         # The region that matters (lower points are in the JSON); lower where the codes cap recall.
-        bottom = min(0.9, max(r.get("recall_1", r["recall"]) for r in here) - 0.1)
+        bottom = min(
+            0.9, max(r.get("recall_1", r["recall"]) for r in here if r["method"] != "brute-force") - 0.1
+        )
         for j, a in enumerate(alphas):
             ax = axes[i][j]
             for m in METHODS:
@@ -519,8 +551,9 @@ def chart(rows: list[dict], label: str, path: Path) -> None:
             ax.set_ylim(bottom, 1.004)
             ax.tick_params(labelsize=7)
             ax.set_title(f"{idx}, α={a:g}", fontsize=8)
-            if j == 0:
+            if j == 0 or not any(r["alpha"] == alphas[0] for r in here):
                 ax.set_ylabel("recall@10", fontsize=8)
+                ax.tick_params(labelleft=True)
             ax.set_xlabel("µs / query (nq=1)", fontsize=7)
     handles = {
         h.get_label(): h for ax in axes.flat for h in ax.get_lines() if not h.get_label().startswith("_")
@@ -551,7 +584,8 @@ def table(result: dict) -> str:
         f"{meta['minutes']:.0f} minutes. Data: "
         f"{meta['source']}. Each cell: the cheapest operating point of the method reaching recall "
         f"0.995 ('—': none does), single queries (nq = 1, {meta['nq_single']} queries, recall of those "
-        f"calls' results) and batches (up to nq = {meta['nq_batch']}: the set's queries, recall of the batch); "
+        f"calls' results) and batches (nq = {meta['nq_batch']} up to 20k documents, {meta['nq_batch'] // 2} above; "
+        "recall of the batch); "
         f"{meta['reps']} rounds, medians. normrank cells add *cert*: the share of those queries whose "
         "`SearchStats.certified` is true.",
         "",
@@ -604,7 +638,7 @@ def table(result: dict) -> str:
     out += ceilings(result)
     out += certificates(result, alphas)
     out += [
-        "## normrank's path (default k_factor): one batch of the set's queries (up to 100), and the single queries",
+        "## normrank's path (default k_factor): one batch (the timed batch's queries), and the single queries",
         "",
         "Certified: the share of the queries whose result the bound proved exact w.r.t. the "
         "index's candidates before any scan row was read (`SearchStats.certified`; docs/guarantees.md).",
@@ -678,9 +712,9 @@ def ceilings(result: dict) -> list[str]:
             out.append(
                 f"| {s}, {idx} ({sub[0]['plain_cosine_recall']:.4f}) | {a:g} "
                 + "".join(
-                    f"| {'' if r is d else r['point'] + ' '}{r.get('recall_1', r['recall']):.4f}, "
+                    f"| {'' if i else r['point'] + ' '}{r.get('recall_1', r['recall']):.4f}, "
                     f"{r['us_1']:.0f} ({r['ratio_1']:.2f}×) "
-                    for r in (top, d)
+                    for i, r in enumerate((top, d))
                 )
                 + "|"
             )
