@@ -114,11 +114,14 @@ class Banded:
                 (pos, norms[pos], build(unit, factory_for(pos.size)), IdLookup(np.arange(pos.size)))
             )
 
-    def search(self, qu: np.ndarray, alpha: float, k: int) -> np.ndarray:
+    def search(self, qu: np.ndarray, alpha: float, k: int, start_depth: int | None = None) -> np.ndarray:
+        """Positions of the top-``k``; each band's cosine depth starts at ``start_depth``
+        (default ``2 k``) and grows until that band's bound holds."""
         s_all, p_all = [], []
         for pos, nb, idx, lk in self.parts:
             w = (nb.astype(np.float64) ** alpha).astype(np.float32)
-            s, p = depth_growing_search(idx, qu, k, w, lk, start_depth=2 * k, max_depth=pos.size)
+            start = 2 * k if start_depth is None else start_depth
+            s, p = depth_growing_search(idx, qu, k, w, lk, start_depth=start, max_depth=pos.size)
             s_all.append(s)
             p_all.append(np.where(p >= 0, pos[np.maximum(p, 0)], -1))
         s, p = np.concatenate(s_all, 1), np.concatenate(p_all, 1)

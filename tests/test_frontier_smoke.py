@@ -47,3 +47,28 @@ def test_cheapest_point_at_the_target():
     pts = [{"recall": 0.99, "us_1": 1.0}, {"recall": 1.0, "us_1": 5.0}, {"recall": 0.996, "us_1": 3.0}]
     assert frontier.recall_at(pts)["us_1"] == 3.0
     assert frontier.recall_at(pts[:1]) is None
+
+
+def test_single_query_recall_picks_the_single_point():
+    # A point exact for the batch (normrank's flat path) but not for single queries is not the
+    # single-query winner.
+    pts = [
+        {"recall": 1.0, "recall_1": 0.99, "us_1": 1.0, "us_100": 1.0},
+        {"recall": 1.0, "recall_1": 1.0, "us_1": 2.0, "us_100": 3.0},
+    ]
+    assert frontier.recall_at(pts, nq=1)["us_1"] == 2.0
+    assert frontier.recall_at(pts, nq=100)["us_100"] == 1.0
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 1.0])
+def test_norm_bands_over_exact_indexes_are_exact(docs, alpha):
+    x, xu, norms, qu = docs
+
+    def build(u, factory):
+        index = faiss.IndexFlatIP(u.shape[1])
+        index.add(u)
+        return index
+
+    banded = frontier.Banded(x, build, lambda m: "Flat", n_bands=frontier.N_BANDS)
+    got = banded.search(qu, alpha, frontier.K, start_depth=frontier.K)
+    assert recall(got, exact_top(xu, norms, qu, alpha)) == 1.0
