@@ -150,10 +150,11 @@ class _Rows:
         return self.x[pos]
 
 
-def test_both_signs_draw_from_one_scan_budget():
-    """The prefix copy and the scan codes are pools both signs of alpha draw from, first come
-    first served: the sign in use may take all of it (it had half before), the other sign then
-    gets what is left, never more; the rows kept are the rows in each sign's weight order."""
+def test_a_byte_pool_bounds_the_orders_that_share_it():
+    """Weight orders drawing from one :class:`BytePool` (prefix copy, scan codes) never hold more
+    than it, first come first served: the first takes what it reads, the second what is left;
+    the rows kept are the rows in each order. (The search cache gives each sign its own half:
+    shared, alpha < 0 starved alpha > 0.)"""
     rng = np.random.default_rng(7)
     x = rng.normal(size=(8000, D)).astype(np.float32)
     ascending = np.argsort(rng.random(8000)).astype(np.int32)
