@@ -24,6 +24,8 @@ __all__ = [
     "FLAT_BATCH_MIN_QUERIES",
     "FLAT_BATCH_ROWS_PER_EF",
     "FLOAT_ROWS_MIN_CACHE_BYTES",
+    "LOSSY_OVERFETCH_DEPTH_SCALE",
+    "LOSSY_OVERFETCH_MAX_BOOST",
     "PG_CLIENT_CACHE_BYTES",
     "PROGRESS_LINE_FRACTION",
     "PROGRESS_LINE_MIN_SECONDS",
@@ -128,6 +130,17 @@ FLAT_BATCH_MAX_WORK = 50_000 * 384
 # 1.42-1.55; generated 20k, IVF565: 70 (0.12) 1.39-1.68 / 1.40-1.94, 94 (0.17) 1.03-1.30 /
 # 1.25-1.80, 141 (0.25) 0.47-0.86 / 1.05-1.49. 0, or a value above 1, turns it off.
 FLAT_BATCH_MIN_PROBED = 0.15
+# On lossy codes (PQ, additive quantizers; not SQ, not a refine stage over raw vectors) the
+# default ann="adaptive" re-scores k * k_factor * LOSSY_OVERFETCH_DEPTH_SCALE candidates instead
+# of scanning where alpha's weights lift a document at most LOSSY_OVERFETCH_MAX_BOOST times over
+# the median (the 95th percentile weight at alpha > 0, the 5th at alpha < 0: the norm spread the
+# index holds, raised to |alpha|). The codes cap recall for every method that reads them, and
+# there the over-fetch reached the scan's recall for a fraction of its time (IVF1264,PQ48, 100k
+# MiniLM-like vectors, norms p5 / p50 / p95 1.92 / 2.33 / 6.48: K' 500 recall 0.644-0.668 at
+# 1.06-1.21x plain, the scan 0.644-0.666 at 1.3-28x; at alpha = +1, boost 2.8, K' 4096 reached
+# 0.484 against the scan's 0.600: docs/frontier.md). 0 turns it off (ann="scan" per index).
+LOSSY_OVERFETCH_MAX_BOOST = 2.0
+LOSSY_OVERFETCH_DEPTH_SCALE = 5
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

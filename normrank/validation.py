@@ -294,7 +294,7 @@ def as_k_factor(value: object) -> int:
     return int(as_option(value, "k_factor"))  # type: ignore[arg-type]
 
 
-ANN_METHODS = ("adaptive", "overfetch")
+ANN_METHODS = ("adaptive", "scan", "overfetch")
 
 
 def as_ann(value: object) -> str:

@@ -20,7 +20,9 @@ KINDS = ["IVF8,PQ8", "IVF8,SQ8", "HNSW32,SQ8", "HNSW32", "IVF8,Flat"]
 
 
 def _index(factory: str, x: np.ndarray, **options) -> NormIndex:
-    idx = NormIndex(D, factory=factory, **options)
+    # ann="scan": the scan itself, also where the default would over-fetch on PQ codes
+    # (tests/test_lossy_overfetch.py)
+    idx = NormIndex(D, factory=factory, ann="scan", **options)
     if not idx.is_trained:
         idx.train(x)
     idx.add(x)

@@ -56,9 +56,12 @@ class NormIndex(SearchKnobs):
     Exactness: a flat index ranks exactly (numpy brute force's scores). On IVF / HNSW the
     default ``ann="adaptive"`` re-scores the index's cosine candidates and scans documents in
     decreasing weight order until a bound proves the top-k (:mod:`normrank.search.ann`): exact up to
-    what the index returns at its nprobe / efSearch. ``n_tail`` sets the scan's first chunk and
-    ``max_depth`` caps the cosine depth of every method; ``ann="overfetch"`` re-scores a fixed
-    ``k * k_factor`` candidates (no scan; recall not guaranteed: benchmarks/results/speed_methods.md).
+    what the index returns at its nprobe / efSearch; on PQ / additive-quantizer codes, at an alpha
+    whose weights barely spread, it re-scores ``k * k_factor * 5`` candidates instead (the codes cap
+    recall either way: docs/guarantees.md; ``SearchStats.path`` says which ran). ``ann="scan"``
+    always scans; ``n_tail`` sets the scan's first chunk and ``max_depth`` caps the cosine depth
+    of every method; ``ann="overfetch"`` re-scores a fixed ``k * k_factor`` candidates (no scan;
+    recall not guaranteed: benchmarks/results/speed_methods.md).
     What runs is decided once per search (:func:`normrank.search.plan.plan_search`).
 
     Results follow FAISS: ``(scores, ids)`` float32 / int64 ``(nq, k)``, padded with ``-inf`` /

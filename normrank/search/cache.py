@@ -103,8 +103,8 @@ class SearchCache:
     """
 
     __slots__ = (
-        "_budget", "_budget_of", "ascending", "base_range", "device", "lists", "lookup", "one", "orders",
-        "powers", "rows",
+        "_budget", "_budget_of", "ascending", "base_range", "base_spread", "device", "lists", "lookup", "lossy",
+        "one", "orders", "powers", "rows",
     )  # fmt: skip
 
     def __init__(self, budget_of: Callable[[], CacheBudget] | None = None) -> None:
@@ -119,6 +119,8 @@ class SearchCache:
         self.device: Any = None
         self.one: Any = None
         self.base_range: np.ndarray | None = None  # (smallest, largest) weight base: 16 bytes
+        self.base_spread: tuple[float, float] | None = None  # (p95 / p50, p50 / p5) of the bases
+        self.lossy: bool | None = None  # the index ranks by PQ / additive codes (faiss_info.lossy_codes)
 
     @property
     def budget(self) -> CacheBudget:
@@ -151,6 +153,22 @@ class SearchCache:
             self.base_range = np.array([base.min(), base.max()]) if base.size else np.ones(2)
         ends = norm_weight(self.base_range, alpha)
         return float(ends.min()), float(ends.max())
+
+    def weight_boost(self, base: np.ndarray, alpha: float) -> float:
+        """How many times ``base**alpha`` lifts a document over the median one: the 95th (alpha >
+        0) or the 5th (alpha < 0) percentile of the bases over their median, to the power
+        ``|alpha|`` (1 at alpha = 0); the percentiles found once per state (O(n), a copy)."""
+        if alpha == 0:
+            return 1.0
+        if self.base_spread is None:
+            b = base[base > 0].astype(np.float64)
+            if b.size:
+                p5, p50, p95 = np.percentile(b, [5, 50, 95])
+                self.base_spread = (float(p95 / p50), float(p50 / p5))
+            else:
+                self.base_spread = (1.0, 1.0)
+        up, down = self.base_spread
+        return float((up if alpha > 0 else down) ** abs(alpha))
 
     def id_lookup(self, ids: np.ndarray) -> IdLookup:
         if self.lookup is None:

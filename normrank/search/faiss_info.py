@@ -34,6 +34,7 @@ __all__ = [
     "ivf_of",
     "keeps_removed",
     "levels",
+    "lossy_codes",
     "raw_vectors",
     "refine_of",
     "search_raw",
@@ -160,6 +161,37 @@ def holds_float_rows(inner: faiss.Index) -> bool:
     if isinstance(inner, faiss.IndexHNSW):
         return isinstance(faiss.downcast_index(inner.storage), faiss.IndexFlat)
     return isinstance(faiss.downcast_index(inner), faiss.IndexIVFFlat)
+
+
+_LOSSY_CODES = tuple(
+    getattr(faiss, name)
+    for name in (
+        "IndexPQ", "IndexPQFastScan", "IndexAdditiveQuantizer", "IndexAdditiveQuantizerFastScan",
+        "IndexIVFPQ", "IndexIVFPQFastScan", "IndexIVFAdditiveQuantizer",
+        "IndexIVFAdditiveQuantizerFastScan",
+    )
+    if hasattr(faiss, name)
+)  # fmt: skip
+
+
+def lossy_codes(inner: faiss.Index) -> bool:
+    """Whether ``inner`` (the index beneath an id map) ranks by product or additive quantizer
+    codes (PQ, RQ, LSQ; IVF or not, under a pre-transform or as an HNSW's storage): codes that
+    cap the cosine recall of every method reading them. Not SQ, not a refine stage (it ranks on
+    its refine index), not an IVF's coarse quantizer."""
+    if isinstance(inner, faiss.IndexRefine):
+        return False
+    todo, seen = [inner], 0
+    while todo and seen < 16:
+        ix = faiss.downcast_index(todo.pop())
+        seen += 1
+        if isinstance(ix, _LOSSY_CODES):
+            return True
+        for attr in ("index", "storage"):  # a pre-transform's index, a graph's storage
+            child = getattr(ix, attr, None)
+            if isinstance(child, faiss.Index):
+                todo.append(child)
+    return False
 
 
 def can_remove(index: faiss.Index) -> bool:

@@ -40,7 +40,9 @@ class SearchOptions:
         alpha: the exponent of ``w = base**alpha`` (a number once the queries are grouped by
             alpha; at the public call, the caller's value or one per query, checked later).
         k_factor: scales the cosine depth (``k * k_factor``).
-        method: the index's ``ann`` option: ``"adaptive"`` (scan + bound) or ``"overfetch"``.
+        method: the index's ``ann`` option: ``"adaptive"`` (scan + bound, or an over-fetch where
+            the plan finds it as good: :func:`plan_search`), ``"scan"`` (scan + bound always) or
+            ``"overfetch"``.
         n_tail: the weight-order scan's first chunk (None: the plan's).
         max_depth: caps the cosine depth of every method (never below ``k``).
         breadth: the FAISS breadth the search runs at (``{"efSearch": ef}`` for HNSW,
@@ -172,6 +174,7 @@ def plan_search(
     nq: int = 1,
     dim: int = 0,
     flat_rows: bool = False,
+    lossy_boost: float | None = None,
 ) -> SearchPlan:
     """The plan of a search for ``options.k`` results over ``n`` stored vectors at the index
     breadth ``options.breadth``; ``flat``: the vectors are in flat storage (the exact kernel).
@@ -197,7 +200,15 @@ def plan_search(
       IVF366: nprobe 45 (0.12) 1.99-2.37 / 1.68-2.55 (mixed: not taken), 61 (0.17) 1.56-1.87 /
       1.72-2.68, 91 (0.25) 1.15-1.30 / 1.41-2.06, 183 (0.5) 0.55-0.78 / 1.42-1.55; generated
       20k, IVF565: 70 (0.12) 1.39-1.68 / 1.40-1.94, 94 (0.17) 1.03-1.30 / 1.25-1.80, 141 (0.25)
-      0.47-0.86 / 1.05-1.49. Else ``"scan"``, with the depths below.
+      0.47-0.86 / 1.05-1.49. ``"overfetch"`` also where ``method="adaptive"`` searches lossy
+      codes (PQ, additive quantizers: ``lossy_boost`` is given) at an alpha whose weights lift a
+      document at most ``LOSSY_OVERFETCH_MAX_BOOST`` times (``lossy_boost``: the 95th (alpha >
+      0) or 5th (alpha < 0) percentile weight over the median), fetching ``k * k_factor *
+      LOSSY_OVERFETCH_DEPTH_SCALE``: codes that cap cosine recall (IVF1264,PQ48 on 100k
+      MiniLM-like vectors: 0.614) cap the scan's recall too, and there the over-fetch reached
+      the scan's recall at 1.06-1.21x plain against its 1.3-28x (docs/frontier.md; boost 1.2-1.7
+      at alpha -1, -0.5, +0.5). At boost 2.8 (alpha = +1) it did not (0.484 at K' 4096 against
+      0.600): the scan stays. ``method="scan"``: never. Else ``"scan"``, with the depths below.
 
     * **depth** (cosines fetched). HNSW: the trusted eighth of the ``efSearch`` beam, or
       ``k * k_factor`` if more, never past the beam itself (at least ``k``): a deeper fetch makes
@@ -232,6 +243,13 @@ def plan_search(
     if options.alpha == 0:
         depth = _capped(min(n, k), options)
         return SearchPlan(k=k, depth=depth, trust=depth, band=0, ef=ef, method="cosine")
+    if (
+        options.method == "adaptive"
+        and lossy_boost is not None
+        and lossy_boost <= settings.LOSSY_OVERFETCH_MAX_BOOST
+    ):
+        depth = _capped(min(n, k * k_factor * settings.LOSSY_OVERFETCH_DEPTH_SCALE), options)
+        return SearchPlan(k=k, depth=depth, trust=depth, band=0, ef=ef, method="overfetch")
     if flat_rows and nq >= settings.FLAT_BATCH_MIN_QUERIES and n * dim <= settings.FLAT_BATCH_MAX_WORK:
         if ef is not None and n <= settings.FLAT_BATCH_ROWS_PER_EF * ef:
             return SearchPlan(k=k, depth=n, trust=n, band=n, ef=ef, method="flat")

@@ -15,7 +15,7 @@ import numpy as np
 from normrank.search import ann as _ann
 from normrank.search.cache import SearchCache
 from normrank.search.doc_ids import DocIds
-from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage
+from normrank.search.faiss_info import ann_params, breadth_reader, flat_storage, lossy_codes
 from normrank.search.flat import weighted_flat_search, weighted_lists_search
 from normrank.search.plan import SearchOptions, SearchPlan, SearchStats, plan_search
 from normrank.search.rows import FloatLists, readable_lists, row_source
@@ -141,7 +141,8 @@ def search_into(
         alpha = float(a)
         plan = plan_search(replace(options, k=k, alpha=alpha, breadth=breadth), target.n_stored,
                            flat=flat is not None, nq=rows.size, dim=unit_q.shape[1],
-                           flat_rows=rows_flat is not None or lists)  # fmt: skip
+                           flat_rows=rows_flat is not None or lists,
+                           lossy_boost=None if flat is not None else _lossy_boost(target, alpha))  # fmt: skip
         group = SearchStats()
         if plan.method == "flat":  # the flat kernel blocks queries and documents itself
             weights = cache.power(target.base, alpha)
@@ -174,6 +175,16 @@ def search_into(
         if not uniform:
             stats.groups[alpha] = group
     stats.certified = certified
+
+
+def _lossy_boost(target: SearchTarget, alpha: float) -> float | None:
+    """How far ``alpha``'s weights lift a document over the median one where the index ranks by
+    lossy codes (:func:`~normrank.search.faiss_info.lossy_codes`), else None: what the plan reads
+    to over-fetch on them instead of scanning."""
+    cache = target.cache
+    if cache.lossy is None:
+        cache.lossy = lossy_codes(target.inner)
+    return cache.weight_boost(target.base, alpha) if cache.lossy else None
 
 
 def _hnsw_flat_storage(target: SearchTarget) -> faiss.IndexFlat | None:
@@ -231,7 +242,7 @@ class OneQuery:
         o = options  # (built whole: dataclasses.replace costs twice as much, on a ~50 us path)
         options = SearchOptions(k=o.k, alpha=a, k_factor=o.k_factor, method=o.method, n_tail=o.n_tail,
                                 max_depth=o.max_depth, breadth=self._breadth())  # fmt: skip
-        plan = plan_search(options, target.n_stored)
+        plan = plan_search(options, target.n_stored, lossy_boost=_lossy_boost(target, a))
         if plan.method == "cosine" and not target.n_removed:
             # Cosine: FAISS's own answer, its ids as they are (no id round trip).
             cos, cand_ids = _ann._search(target.index, unit_q, plan.depth, plan.ef)
