@@ -11,6 +11,7 @@ from pathlib import Path
 __all__ = [
     "CACHE_ENV",
     "CACHE_FRACTION",
+    "CACHE_SPLIT",
     "CV_METRIC",
     "DEFAULT_ALPHAS",
     "DEFAULT_BETAS",
@@ -67,20 +68,31 @@ PROGRESS_LINE_MIN_SECONDS = 1.0
 # take part of it, and at HNSW32,SQ8 (~660 B/doc) 10% leaves ~45 B/doc for the caches. At
 # IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights: only the alpha in use's
 # (4 B/doc, always kept) is, each other alpha's are recomputed per search (~1 ms at 200k).
-# Split (normrank.search.cache.cache_budget): a quarter to the weights, a quarter to the prefix
-# copy, a half to the codes (a quarter of a row's bytes: 4x the rows per byte, what single
-# queries read); all of it to the weights where the index is flat (no scan). math.inf: the
+# Split by CACHE_SPLIT (normrank.search.cache.cache_budget); all of it to the weights where the
+# index is flat (no scan). math.inf: the
 # absolute caps only; 0: every cache off but the alpha in use's weights. Read at each index
 # state's first search, so it can be set at run time.
 CACHE_FRACTION = 0.05
+# (weights, prefix copy, scan codes): the shares of an index's cache budget. The codes (a quarter
+# of a row's bytes: 4x the rows per byte) are what single queries read first, and a single
+# query's scan past them reads rows where FAISS keeps them at ~0.4 us a row (IVF-Flat); the
+# weights of one alpha are 4 bytes a document (the alpha in use's always kept beyond its share).
+# From a quarter / quarter / half to an eighth / quarter / five eighths, with the floor below at
+# 12 MiB (quiet 2-core AMD EPYC, 100 single queries interleaved with plain FAISS): real 27k
+# HNSW32 ef 512, alpha 0.5 / 1: 1.78 / 1.83x -> 1.65 / 1.68x; IVF656 nprobe 492: 1.46 / 1.67x ->
+# 1.47 / 1.56x; generated 100k IVF1264 nprobe 316: 2.89 / 2.94x -> 2.50 / 2.58x (its deepest tenth
+# of queries read 31-35k rows: past the codes whatever the split within the memory goal).
+CACHE_SPLIT = (0.125, 0.25, 0.625)
 # ... but at least this many bytes where FAISS keeps float32 rows (HNSW over flat storage,
 # IVF-Flat): there the scan codes and prefix copy are what single queries read first, and 5% of
 # a small index starves them (20k x 384 HNSW32 ef 64, alpha in +-0.5, +-1, one query: 2.4-3.4x
 # plain with the caps, 3.1-7.2x at 5% (1.7 MiB), 2.7-3.7x with this floor; quiet 2-core AMD EPYC,
-# benchmarks/single_query_floor.py). From ~92k such documents (384-d) 5% is more, so the floor
-# changes nothing at the sizes the memory goal is stated for (100k-200k). Not for SQ / PQ codes:
-# a user who chose them for memory gets the fraction alone. 0: no floor.
-FLOAT_ROWS_MIN_CACHE_BYTES = 8 << 20
+# benchmarks/single_query_floor.py; 12 MiB, CACHE_SPLIT above). From ~140-160k such documents
+# (384-d) 5% is more; below, the floor is at most 126 B a document at 100k, within the memory
+# goal (excess <= 10% of FAISS's ~1,550-1,810 B a document, with ~20-30 B of per-document
+# tables: benchmarks/results/memory.md). Not for SQ / PQ codes: a user who chose them for memory
+# gets the fraction alone. 0: no floor.
+FLOAT_ROWS_MIN_CACHE_BYTES = 12 << 20
 # Per-α weights w**α kept per index (normrank.search.cache.SearchCache): a few α are typical per
 # application, and each entry costs one float per document; at most this many entries, and at
 # most SEARCH_CACHE_BYTES for all of them (the one in use is always kept).
@@ -120,8 +132,9 @@ FLAT_BATCH_MIN_QUERIES = 20
 FLAT_BATCH_ROWS_PER_EF = 320
 FLAT_BATCH_MAX_WORK = 50_000 * 384
 # The same product for a batch on an IVF-Flat (float32 codes in its lists, read list by list in
-# place; no removed document still stored), with the same FLAT_BATCH_MIN_QUERIES and
-# FLAT_BATCH_MAX_WORK, where the search probes at least FLAT_BATCH_MIN_PROBED of the lists
+# place; no removed document still stored), with the same FLAT_BATCH_MIN_QUERIES and no size
+# cap (generated 100k, IVF1264 nprobe 316, nq 100: 0.56-0.63x plain against the scan's 1.12-1.40x),
+# where the search probes at least FLAT_BATCH_MIN_PROBED of the lists
 # (nprobe / nlist): the IVF then reads that share of the collection per query anyway, a vector at
 # a time, where the product reads it all through BLAS. Measured by benchmarks/small_flat.py
 # (nq 100, ratios to plain IVF in the same interleaved rounds, product / scan, load 5-7.5 on the 2

@@ -50,11 +50,19 @@ def test_index_bytes_near_serialized_size(kind):
 
 
 def test_budget_is_a_fraction_of_the_index_within_the_caps(monkeypatch):
-    """A quarter / quarter / half of CACHE_FRACTION of the index's bytes, each part within its
-    cap; all to the weights where nothing is scanned; math.inf: the caps; bad fractions refused."""
+    """CACHE_FRACTION of the index's bytes split by CACHE_SPLIT (an eighth / a quarter / five
+    eighths), each part within its cap; all to the weights where nothing is scanned; math.inf:
+    the caps; bad fractions and splits refused."""
     monkeypatch.setattr(settings, "CACHE_FRACTION", 0.05)
     b = cache_budget(8_000_000)
-    assert b == CacheBudget(100_000, 100_000, 200_000) and b.total == 400_000
+    assert b == CacheBudget(50_000, 100_000, 250_000) and b.total == 400_000
+    monkeypatch.setattr(settings, "CACHE_SPLIT", (0.25, 0.25, 0.5))
+    assert cache_budget(8_000_000) == CacheBudget(100_000, 100_000, 200_000)
+    for bad in ((0.5, 0.5, 0.5), (0.5, -0.1, 0.1), (0.5, 0.5)):
+        monkeypatch.setattr(settings, "CACHE_SPLIT", bad)
+        with pytest.raises(InvalidParameterError):
+            cache_budget(1000)
+    monkeypatch.setattr(settings, "CACHE_SPLIT", (0.125, 0.25, 0.625))
     assert cache_budget(8_000_000, scans=False) == CacheBudget(400_000, 0, 0)
     caps = CacheBudget(settings.SEARCH_CACHE_BYTES, settings.SCAN_PREFIX_BYTES, settings.SCAN_CODES_BYTES)
     assert cache_budget(10**13) == caps == cache_budget(None)

@@ -286,6 +286,7 @@ def test_ivf_fast_scan_reads_its_packed_lists():
     rng = np.random.default_rng(11)
     x = clustered(1500, D, rng)
     idx = _built("IVF8,PQ4x4fs", x, np.arange(1500))
+    idx.ann = "scan"  # the scan itself (the default would over-fetch on these PQ codes)
     recon, q = _decoded(idx), clustered(6, D, rng)
     unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
     for alpha in (-1.0, 0.7):

@@ -51,8 +51,9 @@ class CacheBudget:
 def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0) -> CacheBudget:
     """The budget of an index holding ``index_bytes`` in FAISS
     (:func:`normrank.search.faiss_info.index_bytes`; None: the absolute caps only):
-    :data:`~normrank.settings.CACHE_FRACTION` of it, a quarter to the weights, a quarter to the
-    prefix copy, a half to the codes (a row's codes are a quarter of its bytes, and what single
+    :data:`~normrank.settings.CACHE_FRACTION` of it, split by
+    :data:`~normrank.settings.CACHE_SPLIT` (an eighth to the weights, a quarter to the prefix
+    copy, five eighths to the codes: a row's codes are a quarter of its bytes, and what single
     queries read), each within its cap (``SEARCH_CACHE_BYTES``, ``SCAN_PREFIX_BYTES``,
     ``SCAN_CODES_BYTES``). ``scans=False`` (flat storage: no weight-order scan): all of it to
     the weights. ``floor``: the least the scanning budget is before the split (an index of float32
@@ -72,9 +73,10 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0)
     if not scans:
         return CacheBudget(min(caps[0], int(share)), 0, 0)
     share = max(share, floor)
-    return CacheBudget(
-        min(caps[0], int(share / 4)), min(caps[1], int(share / 4)), min(caps[2], int(share / 2))
-    )
+    split = settings.CACHE_SPLIT
+    if len(split) != 3 or not all(isinstance(f, int | float) and f >= 0 for f in split) or sum(split) > 1:
+        raise InvalidParameterError(f"settings.CACHE_SPLIT must be 3 numbers >= 0 summing to <= 1, got {split!r}")
+    return CacheBudget(*(min(cap, int(share * f)) for cap, f in zip(caps, split, strict=True)))
 
 
 class SearchCache:
