@@ -75,7 +75,9 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0)
     share = max(share, floor)
     split = settings.CACHE_SPLIT
     if len(split) != 3 or not all(isinstance(f, int | float) and f >= 0 for f in split) or sum(split) > 1:
-        raise InvalidParameterError(f"settings.CACHE_SPLIT must be 3 numbers >= 0 summing to <= 1, got {split!r}")
+        raise InvalidParameterError(
+            f"settings.CACHE_SPLIT must be 3 numbers >= 0 summing to <= 1, got {split!r}"
+        )
     return CacheBudget(*(min(cap, int(share * f)) for cap, f in zip(caps, split, strict=True)))
 
 
