@@ -149,8 +149,8 @@ FLAT_BATCH_MIN_PROBED = 0.15
 # the median (the 95th percentile weight at alpha > 0, the 5th at alpha < 0: the norm spread the
 # index holds, raised to |alpha|). The codes cap recall for every method that reads them, and
 # there the over-fetch reached the scan's recall for a fraction of its time (IVF1264,PQ48, 100k
-# MiniLM-like vectors, norms p5 / p50 / p95 1.92 / 2.33 / 6.48: K' 500 recall 0.644-0.668 at
-# 1.06-1.21x plain, the scan 0.644-0.666 at 1.3-28x; at alpha = +1, boost 2.8, K' 4096 reached
+# MiniLM-like vectors, norms p5 / p50 / p95 1.85 / 2.35 / 6.28: K' 500 recall 0.644-0.668 at
+# 1.06-1.21x plain, the scan 0.644-0.666 at 2.7-23x; at alpha = +1, boost 2.7, K' 4096 reached
 # 0.484 against the scan's 0.600: docs/frontier.md). 0 turns it off (ann="scan" per index).
 LOSSY_OVERFETCH_MAX_BOOST = 2.0
 LOSSY_OVERFETCH_DEPTH_SCALE = 5

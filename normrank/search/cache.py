@@ -78,7 +78,8 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0)
         raise InvalidParameterError(
             f"settings.CACHE_SPLIT must be 3 numbers >= 0 summing to <= 1, got {split!r}"
         )
-    return CacheBudget(*(min(cap, int(share * f)) for cap, f in zip(caps, split, strict=True)))
+    weights, prefix, codes = (min(cap, int(share * f)) for cap, f in zip(caps, split, strict=True))
+    return CacheBudget(weights=weights, prefix=prefix, codes=codes)
 
 
 class SearchCache:

@@ -207,8 +207,8 @@ def plan_search(
       0) or 5th (alpha < 0) percentile weight over the median), fetching ``k * k_factor *
       LOSSY_OVERFETCH_DEPTH_SCALE``: codes that cap cosine recall (IVF1264,PQ48 on 100k
       MiniLM-like vectors: 0.614) cap the scan's recall too, and there the over-fetch reached
-      the scan's recall at 1.06-1.21x plain against its 1.3-28x (docs/frontier.md; boost 1.2-1.7
-      at alpha -1, -0.5, +0.5). At boost 2.8 (alpha = +1) it did not (0.484 at K' 4096 against
+      the scan's recall at 1.06-1.21x plain against its 2.7-23x (docs/frontier.md; boost 1.1-1.6
+      at alpha -1, -0.5, +0.5). At boost 2.7 (alpha = +1) it did not (0.484 at K' 4096 against
       0.600): the scan stays. ``method="scan"``: never. Else ``"scan"``, with the depths below.
 
     * **depth** (cosines fetched). HNSW: the trusted eighth of the ``efSearch`` beam, or
