@@ -69,19 +69,19 @@ PROGRESS_LINE_MIN_SECONDS = 1.0
 # IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights: only the alpha in use's
 # (4 B/doc, always kept) is, each other alpha's are recomputed per search (~1 ms at 200k).
 # Split by CACHE_SPLIT (normrank.search.cache.cache_budget); all of it to the weights where the
-# index is flat (no scan). math.inf: the
-# absolute caps only; 0: every cache off but the alpha in use's weights. Read at each index
-# state's first search, so it can be set at run time.
+# index is flat (no scan). math.inf: the absolute caps only; 0: every cache off but the alpha in
+# use's weights. Read at each index state's first search, so it can be set at run time.
 CACHE_FRACTION = 0.05
 # (weights, prefix copy, scan codes): the shares of an index's cache budget. The codes (a quarter
 # of a row's bytes: 4x the rows per byte) are what single queries read first, and a single
 # query's scan past them reads rows where FAISS keeps them at ~0.4 us a row (IVF-Flat); the
 # weights of one alpha are 4 bytes a document (the alpha in use's always kept beyond its share).
 # From a quarter / quarter / half to an eighth / quarter / five eighths, with the floor below at
-# 12 MiB (quiet 2-core AMD EPYC, 100 single queries interleaved with plain FAISS): real 27k
-# HNSW32 ef 512, alpha 0.5 / 1: 1.78 / 1.83x -> 1.65 / 1.68x; IVF656 nprobe 492: 1.46 / 1.67x ->
-# 1.47 / 1.56x; generated 100k IVF1264 nprobe 316: 2.89 / 2.94x -> 2.50 / 2.58x (its deepest tenth
-# of queries read 31-35k rows: past the codes whatever the split within the memory goal).
+# 12 MiB: single queries in three quiet runs each (speed.py, 2-core AMD EPYC; 4a1f1d5 -> 168785f,
+# which also has this round's other changes): real 27k HNSW32 ef 512, alpha 0.5 / 1: 1.72 / 1.92x
+# plain -> 1.58 / 1.63x; IVF656 nprobe 492, alpha 1: 1.72 -> 1.47x; generated 100k IVF1264 nprobe
+# 316, alpha 0.5 / 1: 4.09 / 4.60 -> 3.23 / 3.21x (its deepest tenth of queries read 31-35k rows:
+# past the codes whatever the split within the memory goal).
 CACHE_SPLIT = (0.125, 0.25, 0.625)
 # ... but at least this many bytes where FAISS keeps float32 rows (HNSW over flat storage,
 # IVF-Flat): there the scan codes and prefix copy are what single queries read first, and 5% of

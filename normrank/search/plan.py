@@ -194,22 +194,25 @@ def plan_search(
       1.93-2.75, 20k 1.94-3.17 / 2.68-3.05; efSearch 256, nq 100: 20k 0.30-0.56 / 1.03-1.49,
       50k 0.29-0.74 / 0.69-1.61. Likewise for a batch on an IVF-Flat (``flat_rows``: float32
       codes in its lists, no removed document stored) that probes at least 0.15 of its lists
-      (``nprobe / nlist >= FLAT_BATCH_MIN_PROBED``; 0: never), with the same ``nq`` bound and
-      no size bound (the IVF reads that share of every list whatever the size): the lists read
-      one by one in place, copied a block at a time into one BLAS product. Measured (same benchmark, load 5-7.5; product / scan): real 8.4k MiniLM,
-      IVF366: nprobe 45 (0.12) 1.99-2.37 / 1.68-2.55 (mixed: not taken), 61 (0.17) 1.56-1.87 /
-      1.72-2.68, 91 (0.25) 1.15-1.30 / 1.41-2.06, 183 (0.5) 0.55-0.78 / 1.42-1.55; generated
-      20k, IVF565: 70 (0.12) 1.39-1.68 / 1.40-1.94, 94 (0.17) 1.03-1.30 / 1.25-1.80, 141 (0.25)
-      0.47-0.86 / 1.05-1.49; generated 100k, IVF1264, nprobe 316 (0.25), nq 100, quiet: 0.56-0.63
-      against the scan's 1.12-1.40, recall 0.999-1.000 against 0.996-0.998. ``"overfetch"`` also where ``method="adaptive"`` searches lossy
-      codes (PQ, additive quantizers: ``lossy_boost`` is given) at an alpha whose weights lift a
-      document at most ``LOSSY_OVERFETCH_MAX_BOOST`` times (``lossy_boost``: the 95th (alpha >
-      0) or 5th (alpha < 0) percentile weight over the median), fetching ``k * k_factor *
-      LOSSY_OVERFETCH_DEPTH_SCALE``: codes that cap cosine recall (IVF1264,PQ48 on 100k
-      MiniLM-like vectors: 0.614) cap the scan's recall too, and there the over-fetch reached
-      the scan's recall at 1.06-1.21x plain against its 2.7-23x (docs/frontier.md; boost 1.1-1.6
-      at alpha -1, -0.5, +0.5). At boost 2.7 (alpha = +1) it did not (0.484 at K' 4096 against
-      0.600): the scan stays. ``method="scan"``: never. Else ``"scan"``, with the depths below.
+      (``nprobe / nlist >= FLAT_BATCH_MIN_PROBED``; 0: never), with the same ``nq`` bound and no
+      size bound (the IVF reads that share of every list whatever the size): the lists read one by
+      one in place, copied a block at a time into one BLAS product. Measured (same benchmark, load
+      5-7.5; product / scan): real 8.4k MiniLM, IVF366: nprobe 45 (0.12) 1.99-2.37 / 1.68-2.55
+      (mixed: not taken), 61 (0.17) 1.56-1.87 / 1.72-2.68, 91 (0.25) 1.15-1.30 / 1.41-2.06, 183
+      (0.5) 0.55-0.78 / 1.42-1.55; generated 20k, IVF565: 70 (0.12) 1.39-1.68 / 1.40-1.94, 94 (0.17)
+      1.03-1.30 / 1.25-1.80, 141 (0.25) 0.47-0.86 / 1.05-1.49; generated 100k, IVF1264, nprobe 316
+      (0.25), nq 100, quiet: 0.56-0.63 against the scan's 1.12-1.40, recall 0.999-1.000 against
+      0.996-0.998.
+
+      ``"overfetch"`` also where ``method="adaptive"`` searches lossy codes (PQ, additive
+      quantizers: ``lossy_boost`` is given) at an alpha whose weights lift a document at most
+      ``LOSSY_OVERFETCH_MAX_BOOST`` times (``lossy_boost``: the 95th (alpha > 0) or 5th (alpha < 0)
+      percentile weight over the median), fetching ``k * k_factor * LOSSY_OVERFETCH_DEPTH_SCALE``:
+      codes that cap cosine recall (IVF1264,PQ48 on 100k MiniLM-like vectors: 0.614) cap the scan's
+      recall too, and there the over-fetch reached the scan's recall at 1.06-1.21x plain against its
+      2.7-23x (docs/frontier.md; boost 1.1-1.6 at alpha -1, -0.5, +0.5). At boost 2.7 (alpha = +1)
+      it did not (0.484 at K' 4096 against 0.600): the scan stays. ``method="scan"``: never. Else
+      ``"scan"``, with the depths below.
 
     * **depth** (cosines fetched). HNSW: the trusted eighth of the ``efSearch`` beam, or
       ``k * k_factor`` if more, never past the beam itself (at least ``k``): a deeper fetch makes
