@@ -99,18 +99,19 @@ FLOAT_ROWS_MIN_CACHE_BYTES = 12 << 20
 WEIGHT_CACHE_ENTRIES = 8
 SEARCH_CACHE_BYTES = 64 << 20
 # The ANN weight-order scan keeps its first rows (the ones every query of a sign of α reads) as one
-# contiguous float32 copy, up to this many bytes in all (half per sign), whatever the index size:
-# 384-d, ~5.5k rows a sign (the whole scan of a single query up to ~20k documents; at 1M
-# documents 17 bytes a document, at 10M 1.7). Rows past it are read where FAISS keeps them, at
+# contiguous float32 copy, up to this many bytes in all, whatever the index size, split between the
+# signs of α by their norm tails (SearchCache.sign_share: a quarter to three quarters each):
+# 384-d, ~10.9k rows in all, ~5.5k a sign at equal tails (the whole scan of a single query up to
+# ~20k documents; at 1M documents 17 bytes a document, at 10M 1.7). Rows past it are read where FAISS keeps them, at
 # ~1.8x the cost a row (8.4k real MiniLM, HNSW32: 4 -> 16 MiB took 10-20% off a single query at
 # alpha != 0). Read at each index state's first scan, so it can be set at run time
 # (``normrank.settings.SCAN_PREFIX_BYTES = 0`` turns it off: rows read in place only).
 SCAN_PREFIX_BYTES = 16 << 20
 # A single query's scan reads its first rows as int8 codes (normrank.search.scan_codes: a quarter
-# of the bytes, the same results): up to this many bytes of codes in all (half per sign), d bytes
-# a row: 384-d, ~43.5k rows a sign (100k MiniLM-like vectors, IVF1264 nprobe 316, alpha = 1: a
-# tenth of the queries scan 35k-43k rows; past 16 MiB they read rows at ~0.5 us each, 15 ms a
-# query). Written only as far as scans read; read at each index state's first scan (0: none).
+# of the bytes, the same results): up to this many bytes of codes in all (split as the copy), d
+# bytes a row: 384-d, ~87k rows in all, ~65k to α > 0 for MiniLM-like norms (100k MiniLM-like
+# vectors, IVF1264 nprobe 316, alpha = 1: a tenth of the queries scan 35k-48k rows; past the
+# codes they read rows at ~0.4 us each). Written only as far as scans read; read at each index state's first scan (0: none).
 SCAN_CODES_BYTES = 32 << 20
 # The client-side band of the PostgreSQL backend (normrank.backends.pgvector_band.ClientCopy):
 # all it holds of a table (ids, weight bases, weight order, weights per alpha, vectors copied)

@@ -161,7 +161,7 @@ class _Rows:
 def test_a_byte_pool_bounds_the_orders_that_share_it():
     """Weight orders drawing from one :class:`BytePool` (prefix copy, scan codes) never hold more
     than it, first come first served: the first takes what it reads, the second what is left;
-    the rows kept are the rows in each order. (The search cache gives each sign its own half:
+    the rows kept are the rows in each order. (The search cache gives each sign its own share:
     shared, alpha < 0 starved alpha > 0.)"""
     rng = np.random.default_rng(7)
     x = rng.normal(size=(8000, D)).astype(np.float32)
@@ -178,3 +178,40 @@ def test_a_byte_pool_bounds_the_orders_that_share_it():
     assert down._scan_codes.grow(8000, down._rows_for_codes) == CHUNK  # what is left, whole chunks
     assert up._scan_codes.grow(8000, up._rows_for_codes) == 2 * CHUNK and codes.left == 0
     assert BytePool(10).take(25) == 10 and BytePool(-3).take(1) == 0
+
+
+@pytest.mark.parametrize(
+    ("spread", "want_up"),
+    [
+        (lambda z: np.exp(0.6 * np.maximum(z, 0)), 0.75),  # only an upper tail: the most either sign gets
+        (lambda z: np.exp(0.6 * np.minimum(z, 0)), 0.25),  # only a lower tail: the least
+        (lambda z: np.exp(0.3 * z), 0.5),  # log-symmetric: half each
+        (lambda z: np.exp(np.where(z > 0, 0.4, 0.2) * z), None),  # both, longer above: by the logs
+    ],
+)
+def test_each_sign_scans_within_its_share_of_the_budget(spread, want_up):
+    """The scan budget (prefix copy, codes) is split between the signs of alpha by their norm
+    tails: ``log(p95 / p50)`` against ``log(p50 / p5)`` (numpy's percentiles here), within
+    [0.25, 0.75]; the two shares sum to the budget and each order's pools hold its share."""
+    rng = np.random.default_rng(8)
+    z = rng.standard_normal(4000)
+    unit = rng.normal(size=(4000, D)).astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    norms = spread(z)
+    idx = _filled("HNSW16", unit * norms[:, None].astype(np.float32))
+    q = rng.normal(size=(1, D)).astype(np.float32)
+    for alpha in (1.0, -1.0):
+        idx.search(q, 10, alpha=alpha)
+    cache = idx._cache
+    p5, p50, p95 = np.percentile(idx.norm_of(np.arange(4000)), [5, 50, 95])
+    up, down = np.log(p95 / p50), np.log(p50 / p5)
+    expect = want_up if want_up is not None else min(max(up / (up + down), 0.25), 0.75)
+    assert cache.sign_share(norms, 1) == pytest.approx(expect, abs=0.01)
+    assert cache.sign_share(norms, 1) + cache.sign_share(norms, -1) == pytest.approx(1.0)
+    budget = cache.budget
+    for sign, order in cache.orders.items():
+        share = cache.sign_share(norms, sign)
+        assert order._prefix_pool.total == int(budget.prefix * share)
+        assert order._codes_pool.total == int(budget.codes * share)
+    assert sum(o._prefix_pool.total for o in cache.orders.values()) <= budget.prefix
+    assert sum(o._codes_pool.total for o in cache.orders.values()) <= budget.codes

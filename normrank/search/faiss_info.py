@@ -169,6 +169,7 @@ _LOSSY_CODES = tuple(
         "IndexPQ", "IndexPQFastScan", "IndexAdditiveQuantizer", "IndexAdditiveQuantizerFastScan",
         "IndexIVFPQ", "IndexIVFPQFastScan", "IndexIVFAdditiveQuantizer",
         "IndexIVFAdditiveQuantizerFastScan",
+        "GpuIndexIVFPQ",  # (faiss-gpu builds only)
     )
     if hasattr(faiss, name)
 )  # fmt: skip

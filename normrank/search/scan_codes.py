@@ -19,8 +19,8 @@ by the same FAISS kernel as without codes. FAISS's scanner keeps them in a heap 
 threshold (``InvertedListScanner.scan_codes``): more than :data:`CONTENDERS` in a chunk and the
 chunk is read exactly instead. Results are bit for bit those of the scan without codes.
 
-Bytes: ``d`` a row for at most :data:`~normrank.settings.SCAN_CODES_BYTES` (half per sign of
-alpha) whatever the index size, plus three floats a chunk.
+Bytes: ``d`` a row for at most :data:`~normrank.settings.SCAN_CODES_BYTES` (split between
+the signs of alpha by their norm tails) whatever the index size, plus three floats a chunk.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class BytePool:
     caches may share one. Taken as they grow, never given back (a changed index gets a new
     cache). Shared by both signs of alpha, first come first served, it starved alpha > 0 after
     alpha < 0 had filled it (27k HNSW ef 512, one query: 1.72-1.92x plain -> 2.23-2.41x): the
-    search cache gives each sign its own half."""
+    search cache gives each sign its own share."""
 
     def __init__(self, total: int) -> None:
         self.total = max(int(total), 0)
