@@ -28,7 +28,7 @@ single queries (nq = 1) are timed one call each (their recall: those calls' resu
 whose ``SearchStats.certified`` is true. Ratios to plain in the same run are what compare. The
 committed results come from the first command:
 
-    python benchmarks/frontier.py --clock cpu  # ~50 min on 2 busy cores: results/frontier*.{json,md,png}
+    python benchmarks/frontier.py --clock cpu  # ~25 min on 2 quiet cores: results/frontier*.{json,md,png}
     python benchmarks/frontier.py --clock cpu --resume  # only the (set, index) pairs the JSON lacks
     python benchmarks/frontier.py --quick   # a smoke test: 3k generated, every index kind (< 1 min)
     python benchmarks/frontier.py --render  # chart and table again from results/frontier.json
