@@ -386,6 +386,7 @@ def main() -> None:
         args.n, args.single, args.batch, args.rounds = 3000, 20, 20, 2
     result = run(args)
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(render(result))
     print(render(result).split("## Every point")[0])

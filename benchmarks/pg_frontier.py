@@ -272,6 +272,7 @@ def main() -> None:
         "load_start": list(load0), "load_end": list(os.getloadavg()), "cpus": os.cpu_count(),
         "problems": problems, "points": points,
     }  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(out, indent=1))
     Path(args.out + ".md").write_text(render(out))
     print(render(out))

@@ -223,8 +223,8 @@ class SearchCache:
         gets: each sign's log norm spread (``log(p95 / p50)`` for alpha > 0, ``log(p50 / p5)``
         for alpha < 0) over both, within [:data:`_SIGN_SHARE_MIN`, 1 - it]. The longer tail is
         the one whose scan reads deeper (MiniLM-like norms, p5 / p50 / p95 1.85 / 2.35 / 6.28:
-        0.80, so 0.75 after the clamp, to alpha > 0; at 100k IVF the scan reads ~17k rows a query at alpha = 1 against
-        ~2k at -0.75); equal tails, half each."""
+        0.80, so 0.75 after the clamp, to alpha > 0; at 100k IVF the scan reads ~17k rows a query
+        at alpha = 1 against ~2k at -0.75); equal tails, half each."""
         self.weight_boost(base, 1.0)  # (finds the spread once per state)
         up, down = (math.log(max(r, 1.0)) for r in self.base_spread)
         if up + down <= 0:
