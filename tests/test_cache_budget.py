@@ -186,6 +186,7 @@ def test_a_byte_pool_bounds_the_orders_that_share_it():
         (lambda z: np.exp(0.6 * np.maximum(z, 0)), 0.75),  # only an upper tail: the most either sign gets
         (lambda z: np.exp(0.6 * np.minimum(z, 0)), 0.25),  # only a lower tail: the least
         (lambda z: np.exp(0.3 * z), 0.5),  # log-symmetric: half each
+        (lambda z: np.full_like(z, 2.0), 0.5),  # equal norms (float32 rounding aside): half each
         (lambda z: np.exp(np.where(z > 0, 0.4, 0.2) * z), None),  # both, longer above: by the logs
     ],
 )

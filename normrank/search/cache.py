@@ -39,6 +39,9 @@ __all__ = ["CacheBudget", "SearchCache", "cache_budget"]
 _SPREAD_SAMPLE = 1 << 16
 # The least share of the scan budget either sign of alpha gets (SearchCache.sign_share).
 _SIGN_SHARE_MIN = 0.25
+# Below this sum of both tails' log spreads (0.1%) the bases count as equal (float32 rounding of
+# equal norms leaves ~1e-7, which would hand one sign the most at random).
+_SPREAD_NONE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,12 @@ class SearchCache:
         :data:`_SPREAD_SAMPLE` bases evenly strided (every base up to that many)."""
         if alpha == 0:
             return 1.0
+        up, down = self.spread(base)
+        return float((up if alpha > 0 else down) ** abs(alpha))
+
+    def spread(self, base: np.ndarray) -> tuple[float, float]:
+        """``(p95 / p50, p50 / p5)`` of the positive bases (1, 1 if none), found once per state
+        over at most :data:`_SPREAD_SAMPLE` bases evenly strided (every base up to that many)."""
         if self.base_spread is None:
             b = base[:: -(-base.size // _SPREAD_SAMPLE) or 1]
             b = b[b > 0].astype(np.float64)
@@ -183,8 +192,7 @@ class SearchCache:
                 self.base_spread = (float(p95 / p50), float(p50 / p5))
             else:
                 self.base_spread = (1.0, 1.0)
-        up, down = self.base_spread
-        return float((up if alpha > 0 else down) ** abs(alpha))
+        return self.base_spread
 
     def id_lookup(self, ids: np.ndarray) -> IdLookup:
         if self.lookup is None:
@@ -225,9 +233,8 @@ class SearchCache:
         the one whose scan reads deeper (MiniLM-like norms, p5 / p50 / p95 1.85 / 2.35 / 6.28:
         0.80, so 0.75 after the clamp, to alpha > 0; at 100k IVF the scan reads ~17k rows a query
         at alpha = 1 against ~2k at -0.75); equal tails, half each."""
-        self.weight_boost(base, 1.0)  # (finds the spread once per state)
-        up, down = (math.log(max(r, 1.0)) for r in self.base_spread)
-        if up + down <= 0:
+        up, down = (math.log(max(r, 1.0)) for r in self.spread(base))
+        if up + down < _SPREAD_NONE:  # equal bases up to float rounding: no tail to favour
             return 0.5
         share = (up if sign > 0 else down) / (up + down)
         return min(max(share, _SIGN_SHARE_MIN), 1.0 - _SIGN_SHARE_MIN)
