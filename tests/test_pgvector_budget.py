@@ -95,3 +95,23 @@ def test_copy_read_when_a_table_too_large_is_searched(pg_uri, rows, monkeypatch)
     s, i, stats = pg.search(q, 10, alpha=-1.0, return_stats=True)
     assert stats.path == "sql_band" and not pg._copy.fits and pg._copy.nbytes == 0
     assert_same_topk(*brute_force(x, q, -1.0), s, i, 10, tol=TOL)
+
+
+def test_each_sign_keeps_its_share_of_the_vectors_budget(pg_uri, rows):
+    """The vectors' part of the budget is split between the signs of alpha by their norm tails,
+    as NormIndex's scan prefix (SearchCache.sign_share; a long upper tail: alpha > 0 gets more),
+    and the two shares add up to it; results stay numpy's."""
+    x, q = rows
+    rng = np.random.default_rng(7)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True) * (1.0 + rng.exponential(1.0, (N, 1)))
+    p5, p50, p95 = np.percentile(np.linalg.norm(x, axis=1), [5, 50, 95])
+    up = np.log(p95 / p50) / (np.log(p95 / p50) + np.log(p50 / p5))
+    assert 0.55 < up < 0.75  # (the law's upper tail is the longer, within the clamp)
+    pg = _table(pg_uri, x.astype(np.float32))
+    for alpha in (1.0, -1.0):
+        s, i = pg.search(q, 10, alpha=alpha)
+        assert_same_topk(*brute_force(x, q, alpha), s, i, 10, tol=TOL)
+    cache = pg._copy.cache
+    kept = {sign: order.rows._max_bytes for sign, order in cache.orders.items()}
+    assert kept[1] == pytest.approx(cache.budget.prefix * up, rel=1e-3, abs=8)
+    assert kept[1] + kept[-1] == pytest.approx(cache.budget.prefix, abs=2)

@@ -13,7 +13,8 @@ reads by id from the table).
 
 Memory: all of it within :data:`normrank.settings.PG_CLIENT_CACHE_BYTES` whatever the table
 size (:meth:`ClientCopy.fits`): the per-row arrays first (:func:`client_reserve`), what is left
-a quarter to the weights of further alphas, three quarters to the vectors (half per sign);
+a quarter to the weights of further alphas, three quarters to the vectors (split between the
+signs of alpha by their norm tails, :meth:`~normrank.search.cache.SearchCache.sign_share`);
 vectors past that are read from the server by each search that scans them. A table whose
 per-row arrays alone exceed the budget is not copied: its band is scored in SQL
 (``SearchStats.path == "sql_band"``).
@@ -328,8 +329,10 @@ def _rerank_all(
         alpha = float(a)
         rows = np.flatnonzero(alphas == a)
         weights = cache.power(copy.base, alpha)
-        # (the row source is used only when the order for this sign is first built)
-        order = cache.order(copy.base, alpha, PrefixCopy(copy.fetch, cache.budget.prefix // 2))
+        # (the row source is used only when the order for this sign is first built; each sign its
+        # share of the vectors' budget by its norm tail, as NormIndex's scan prefix and codes)
+        share = cache.sign_share(copy.base, 1 if alpha > 0 else -1) if alpha else 0.0
+        order = cache.order(copy.base, alpha, PrefixCopy(copy.fetch, int(cache.budget.prefix * share)))
         batch = rows[counts[rows] == expect]
         if batch.size:  # every query here got the whole depth: one scan (BLAS segments for a batch)
             widened += run(batch, expect)

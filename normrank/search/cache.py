@@ -49,7 +49,7 @@ class CacheBudget:
     """Bytes one index state's bounded caches may hold: ``weights`` (every cached ``w**alpha``;
     the alpha in use's is kept even beyond it), ``prefix`` (the scan's float32 copy of its first
     rows) and ``codes`` (their int8 codes), both split between the signs of alpha by
-    :meth:`SearchCache.sign_share` (a PostgreSQL client's copy of fetched rows: half each)."""
+    :meth:`SearchCache.sign_share` (a PostgreSQL client's copy of fetched rows too)."""
 
     weights: int
     prefix: int
