@@ -133,7 +133,7 @@ def has_generation_trigger(conn: Any, t: Any, table: str) -> bool:
 
 def client_reserve(n: int) -> int:
     """The most bytes a copy of ``n`` rows holds whatever it scans: ids (8 a row), weight bases
-    (4), the weight order (4), the alpha in use's weights (4), the id lookup (a dense table of
+    (4), the weight order (4), one alpha's weights (4), the id lookup (a dense table of
     up to 4 x max(n, 1024) int32) and each weight order's 1/64 weight samples and weight heads
     (up to 8 weightings per order, 2 orders: :mod:`normrank.search.weight_order`)."""
     lookup = 4 * (4 * max(n, 1024) + 2)
@@ -180,7 +180,7 @@ class ClientCopy:
         self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         self.base = np.fromiter((r[1] for r in rows), dtype=np.float32, count=len(rows))
         rest = max(budget - client_reserve(self.n), 0)
-        # (the alpha in use's weights are in the reserve; further alphas' get a quarter of the rest)
+        # (one alpha's weights are in the reserve; further alphas' get a quarter of the rest)
         self.cache = SearchCache(lambda: CacheBudget(4 * self.n + rest // 4, rest - rest // 4, 0))
         self.key = key
         self.reads += 1

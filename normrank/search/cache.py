@@ -30,7 +30,7 @@ from normrank.search.id_lookup import IdLookup
 from normrank.search.rows import PrefixCopy
 from normrank.search.weight_order import WeightOrder
 
-__all__ = ["CacheBudget", "SearchCache", "cache_budget"]
+__all__ = ["CacheBudget", "LazyPower", "SearchCache", "cache_budget"]
 
 # The norm spread that picks the method on lossy codes (SearchCache.weight_boost) is read from at
 # most this many bases: a threshold's input, not a statistic to report (a strided 65,536 of 1M
@@ -42,12 +42,18 @@ _SIGN_SHARE_MIN = 0.25
 # Below this sum of both tails' log spreads (0.1%) the bases count as equal (float32 rounding of
 # equal norms leaves ~1e-7, which would hand one sign the most at random).
 _SPREAD_NONE = 1e-3
+# A cached ``w**alpha`` read within this many weight requests is not dropped for another alpha
+# that does not fit beside it (that one is computed for its call, or read lazily by the ANN path):
+# searches that alternate alphas over a large index would otherwise recompute n powers a call
+# (1M: 2-11 ms, up to 8x a single query) and drop the array the next call needs. A user who
+# switches alpha for good gets the new one kept after this many requests.
+_RECENT_CALLS = 16
 
 
 @dataclass(frozen=True)
 class CacheBudget:
     """Bytes one index state's bounded caches may hold: ``weights`` (every cached ``w**alpha``;
-    the alpha in use's is kept even beyond it), ``prefix`` (the scan's float32 copy of its first
+    the first alpha's is kept even beyond it: :meth:`SearchCache.ann_weights`), ``prefix`` (the scan's float32 copy of its first
     rows) and ``codes`` (their int8 codes), both split between the signs of alpha by
     :meth:`SearchCache.sign_share` (a PostgreSQL client's copy of fetched rows too)."""
 
@@ -94,6 +100,47 @@ def cache_budget(index_bytes: int | None, *, scans: bool = True, floor: int = 0)
     return CacheBudget(weights=weights, prefix=prefix, codes=codes)
 
 
+class LazyPower:
+    """``norm_weight(base, alpha)`` computed where it is read: what the ANN path gets for an alpha
+    whose whole array does not fit in the weights budget (it reads the weights of its candidates
+    and of the ranks it scans, not of every document). Reads as the float32 array would:
+    ``w[positions]``, ``w.take(positions)``, ``w[i]``, slices, ``size``, ``min()`` / ``max()``
+    (from the bases' extremes: the power is monotone, saturation included). Holds no copy."""
+
+    __slots__ = ("__weakref__", "_base", "_range", "alpha", "shape", "size")
+    dtype = np.dtype(np.float32)
+    nbytes = 0
+    ndim = 1
+
+    def __init__(self, base: np.ndarray, alpha: float) -> None:
+        self._base, self.alpha = base, alpha
+        self.shape, self.size = base.shape, base.size
+        self._range: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index) -> np.ndarray:
+        b = self._base[index]
+        if np.ndim(b) == 0:  # one weight: through the array loop, as the whole array's (same bits)
+            return norm_weight(np.reshape(b, 1), self.alpha)[0]
+        return norm_weight(b, self.alpha)
+
+    def take(self, positions) -> np.ndarray:
+        return norm_weight(self._base.take(positions), self.alpha)
+
+    def _ends(self) -> np.ndarray:
+        if self._range is None:
+            self._range = norm_weight(np.array([self._base.min(), self._base.max()]), self.alpha)
+        return self._range
+
+    def min(self) -> np.float32:
+        return self._ends().min()
+
+    def max(self) -> np.float32:
+        return self._ends().max()
+
+
 class SearchCache:
     """Derived search state of one index state.
 
@@ -101,8 +148,11 @@ class SearchCache:
     absolute caps, :func:`cache_budget` of None).
 
     Attributes:
-        powers: ``w**alpha`` (float32, by storage position) per alpha: the last
-            ``WEIGHT_CACHE_ENTRIES`` used, within the budget's ``weights``.
+        powers: ``w**alpha`` (float32, by storage position) per alpha: at most
+            ``WEIGHT_CACHE_ENTRIES``, within the budget's ``weights`` (the first even beyond it);
+            one used within the last ``_RECENT_CALLS`` weight requests is kept, and an alpha that
+            does not fit beside those is computed per call (:meth:`power`) or read lazily
+            (:meth:`ann_weights`, :class:`LazyPower`).
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
@@ -120,14 +170,17 @@ class SearchCache:
     """
 
     __slots__ = (
-        "_budget", "_budget_of", "ascending", "base_range", "base_spread", "device", "lists", "lookup", "lossy",
-        "one", "orders", "powers", "rows",
+        "_budget", "_budget_of", "ascending", "base_range", "base_spread", "calls", "device", "lazies", "lists",
+        "lookup", "lossy", "one", "orders", "powers", "rows", "used",
     )  # fmt: skip
 
     def __init__(self, budget_of: Callable[[], CacheBudget] | None = None) -> None:
         self._budget_of = budget_of
         self._budget: CacheBudget | None = None
         self.powers: dict[float, np.ndarray] = {}
+        self.used: dict[float, int] = {}  # alpha -> the weight request that last read its powers
+        self.calls = 0  # weight requests so far
+        self.lazies: dict[float, LazyPower] = {}  # (one per alpha: the scan's samples key on it)
         self.ascending: np.ndarray | None = None
         self.orders: dict[int, WeightOrder] = {}
         self.lookup: IdLookup | None = None
@@ -147,20 +200,61 @@ class SearchCache:
         return self._budget
 
     def power(self, base: np.ndarray, alpha: float) -> np.ndarray | None:
-        """``base**alpha`` (None for alpha = 0: plain cosine needs no weights)."""
+        """``base**alpha`` as a whole float32 array (None for alpha = 0: plain cosine needs no
+        weights), kept where it fits (:meth:`_admit`), else computed for this call only."""
         if alpha == 0:
             return None
-        w = self.powers.get(alpha)
+        w = self._cached(alpha)
         if w is None:
             w = norm_weight(base, alpha)
-            room = self.budget.weights
-            while self.powers and (
-                len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES
-                or sum(p.nbytes for p in self.powers.values()) + w.nbytes > room
-            ):
-                self.powers.pop(next(iter(self.powers)))
-            self.powers[alpha] = w
+            if self._admit(w.nbytes):
+                self.powers[alpha] = w
         return w
+
+    def ann_weights(self, base: np.ndarray, alpha: float) -> np.ndarray | LazyPower | None:
+        """The weights the ANN path reads: the whole array where it is kept or fits
+        (:meth:`_admit`), else a :class:`LazyPower` (the candidates' and scanned ranks' weights
+        computed as read; none of the n powers a whole array costs)."""
+        if alpha == 0:
+            return None
+        w = self._cached(alpha)
+        if w is not None:
+            return w
+        if self._admit(4 * base.size):
+            w = self.powers[alpha] = norm_weight(base, alpha)
+            self.lazies.pop(alpha, None)
+            return w
+        lazy = self.lazies.get(alpha)
+        if lazy is None:
+            if len(self.lazies) >= settings.WEIGHT_CACHE_ENTRIES:
+                self.lazies.pop(next(iter(self.lazies)))
+            lazy = self.lazies[alpha] = LazyPower(base, alpha)
+        return lazy
+
+    def _cached(self, alpha: float) -> np.ndarray | None:
+        """The kept powers of ``alpha`` (None if none), this request counted."""
+        self.calls += 1
+        self.used[alpha] = self.calls
+        if len(self.used) > 4 * settings.WEIGHT_CACHE_ENTRIES:  # (a sweep's many alphas: forget old ones)
+            self.used = {
+                a: t for a, t in self.used.items() if a in self.powers or self.calls - t < _RECENT_CALLS
+            }
+        return self.powers.get(alpha)
+
+    def _admit(self, nbytes: int) -> bool:
+        """Whether a new alpha's powers (``nbytes``) may be kept: where they fit the budget's
+        ``weights`` beside the alphas kept, after dropping (least recently used first) those
+        not read within the last ``_RECENT_CALLS`` requests; the first is kept even beyond the
+        budget (the alpha in use)."""
+        held = sum(p.nbytes for p in self.powers.values())
+        while self.powers and (
+            held + nbytes > self.budget.weights or len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES
+        ):
+            lru = min(self.powers, key=lambda a: self.used.get(a, 0))
+            if self.calls - self.used.get(lru, 0) < _RECENT_CALLS:
+                return False  # a recent alpha stays; the new one is not kept
+            held -= self.powers.pop(lru).nbytes
+        return True
 
     def weight_range(self, base: np.ndarray, alpha: float) -> tuple[float, float]:
         """``(smallest, largest)`` of ``base**alpha`` without a pass over the weights: the

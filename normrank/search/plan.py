@@ -115,7 +115,7 @@ class SearchStats:
         cache_budget_bytes: the budget of that cache's bounded parts (weights of the alphas not
             in use, the scan's prefix copy and int8 codes: :func:`normrank.search.cache.cache_budget`);
             ``cache_bytes`` also counts the per-document parts beside it (weight order, id table,
-            the alpha in use's weights: 4 bytes a document each). PostgreSQL: the client's whole
+            the first alpha's weights: 4 bytes a document each). PostgreSQL: the client's whole
             budget (:data:`normrank.settings.PG_CLIENT_CACHE_BYTES`), ``cache_bytes`` within it.
         groups: for a call with several alphas (one per query), each alpha's own stats; the
             fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;

@@ -201,7 +201,7 @@ def _ann_inputs(target: SearchTarget, plan: SearchPlan, alpha: float):
     ``plan`` at ``alpha``: the weights (ones for an over-fetch at alpha = 0: cosine re-scored),
     the id -> position lookup, and the weight order a ``"scan"`` reads (else None)."""
     cache = target.cache
-    weights = cache.power(target.base, alpha)
+    weights = cache.ann_weights(target.base, alpha)
     if plan.method == "overfetch" and weights is None:  # cosine through the re-scoring path: weights 1
         weights = np.ones(target.doc_ids.size, dtype=np.float32)
     order = _weight_order(target, alpha) if plan.method == "scan" else None
