@@ -27,6 +27,7 @@ __all__ = [
     "FLOAT_ROWS_MIN_CACHE_BYTES",
     "LOSSY_OVERFETCH_DEPTH_SCALE",
     "LOSSY_OVERFETCH_MAX_BOOST",
+    "LOSSY_OVERFETCH_MIN_PROBED",
     "PG_CLIENT_CACHE_BYTES",
     "PROGRESS_LINE_FRACTION",
     "PROGRESS_LINE_MIN_SECONDS",
@@ -155,6 +156,13 @@ FLAT_BATCH_MIN_PROBED = 0.15
 # 0.484 against the scan's 0.600: docs/frontier.md). 0 turns it off (ann="scan" per index).
 LOSSY_OVERFETCH_MAX_BOOST = 2.0
 LOSSY_OVERFETCH_DEPTH_SCALE = 5
+# ... and, on an IVF, only where it probes at least this share of its lists: a narrow probe misses
+# neighbours in the lists it skips, which the over-fetch cannot return and the scan (reading in
+# weight order over every list) does. IVF4096,PQ48 over 1M clustered vectors at nprobe 32 (0.8%
+# of the lists; plain cosine recall 0.12): the over-fetch 0.05-0.09 weighted recall, the scan
+# 0.76-0.88 at about the same time (1.6x plain: benchmarks/results/scale_1m.md); at an eighth of
+# the lists (100k, above) the two reached the same recall. 0: the over-fetch at any breadth.
+LOSSY_OVERFETCH_MIN_PROBED = 0.1
 
 # --- the sweep -----------------------------------------------------------------------------------
 DEFAULT_ALPHAS = "-2:1:0.25"  # the paper's Fig. 4 range, 13 values with 0 (cosine)

@@ -3,7 +3,8 @@ default ``ann="adaptive"`` re-scores ``k * k_factor * LOSSY_OVERFETCH_DEPTH_SCAL
 instead of scanning where alpha's weights lift a document at most ``LOSSY_OVERFETCH_MAX_BOOST``
 times over the median, says so in ``SearchStats.path``, and returns exactly FAISS's own candidates
 at that depth re-scored in numpy (the independent reference). Everything else keeps its method:
-a larger boost, ``ann="scan"``, SQ codes, float rows, a refine stage over raw vectors."""
+a larger boost, an IVF probing under ``LOSSY_OVERFETCH_MIN_PROBED`` of its lists, ``ann="scan"``,
+SQ codes, float rows, a refine stage over raw vectors."""
 
 from __future__ import annotations
 
@@ -112,3 +113,36 @@ def test_alpha_zero_stays_cosine_on_lossy_codes(data):
     x, q = data
     idx = _index(x, "IVF16,PQ8")
     assert idx.search(q, K, alpha=0.0, return_stats=True)[2].path == "cosine"
+
+
+def test_a_narrow_probe_keeps_the_scan_on_lossy_codes(monkeypatch):
+    """An IVF probing 2 of its 64 lists: the over-fetch returns only those lists' documents; the
+    scan reads past them and finds more of the exact weighted top-k (numpy over the raw vectors).
+    The share is a setting (0: the over-fetch at any breadth). (The boost limit is lifted here so
+    that only the probe decides.)"""
+    rng = np.random.default_rng(12)
+    centers = rng.normal(size=(64, D))
+    u = centers[rng.integers(64, size=N)] + 0.8 * rng.normal(size=(N, D))
+    q = (centers[rng.integers(64, size=NQ)] + 0.8 * rng.normal(size=(NQ, D))).astype(np.float32)
+    x = (u / np.linalg.norm(u, axis=1, keepdims=True) * rng.lognormal(0.0, SIGMA, (N, 1))).astype(np.float32)
+    idx = NormIndex(D, factory="IVF64,PQ8")
+    idx.train(x)
+    idx.add(x)
+    faiss.extract_index_ivf(idx.faiss_index).nprobe = 2  # 0.03 of the lists
+    monkeypatch.setattr(settings, "LOSSY_OVERFETCH_MAX_BOOST", 10.0)
+    alpha = -1.0
+    _, ids, stats, one = _search(idx, q, alpha)
+    assert stats.path == "scan" and all(o[2].path == "scan" for o in one)
+    monkeypatch.setattr(settings, "LOSSY_OVERFETCH_MIN_PROBED", 0.0)
+    _, over_ids, over_stats, _ = _search(idx, q, alpha)
+    assert over_stats.path == "overfetch"
+    w = np.linalg.norm(x.astype(np.float64), axis=1) ** alpha
+    unit_q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    exact = np.argsort(-(unit_q @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T) * w, axis=1)[:, :K]
+
+    def hits(got):
+        return sum(len(set(g) & set(e)) for g, e in zip(got, exact, strict=True))
+
+    assert hits(ids) > hits(over_ids) + 5  # (here 96 against 83 of 120)
+    monkeypatch.setattr(settings, "LOSSY_OVERFETCH_MIN_PROBED", 0.03)  # 2 / 64 reaches it
+    assert idx.search(q, K, alpha=alpha, return_stats=True)[2].path == "overfetch"
