@@ -67,16 +67,15 @@ PROGRESS_LINE_MIN_SECONDS = 1.0
 # Why 0.05: the memory goal is normrank's whole excess over FAISS <= max(32 B/doc, 10% of
 # FAISS's bytes); the per-document tables (ids, bases, weight order: ~12-26 B/doc measured)
 # take part of it, and at HNSW32,SQ8 (~660 B/doc) 10% leaves ~45 B/doc for the caches. At
-# IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights: only the first alpha's (4 B/doc,
-# kept while read) are; another alpha's are read lazily by the scan (SearchCache.ann_weights).
+# IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights (4 B/doc an alpha): the scan reads
+# them lazily, its candidates' and scanned ranks' only (SearchCache.ann_weights).
 # Split by CACHE_SPLIT (normrank.search.cache.cache_budget); all of it to the weights where the
-# index is flat (no scan). math.inf: the absolute caps only; 0: every cache off but the first
-# alpha's weights. Read at each index state's first search, so it can be set at run time.
+# index is flat (no scan). math.inf: the absolute caps only; 0: every cache off. Read at each index state's first search, so it can be set at run time.
 CACHE_FRACTION = 0.05
 # (weights, prefix copy, scan codes): the shares of an index's cache budget. The codes (a quarter
 # of a row's bytes: 4x the rows per byte) are what single queries read first, and a single
 # query's scan past them reads rows where FAISS keeps them at ~0.4 us a row (IVF-Flat); the
-# weights of one alpha are 4 bytes a document (the first alpha's kept beyond its share).
+# weights of one alpha are 4 bytes a document (read lazily where they do not fit their share).
 # From a quarter / quarter / half to an eighth / quarter / five eighths, with the floor below at
 # 12 MiB: single queries in three quiet runs each (speed.py, 2-core AMD EPYC; 4a1f1d5 -> 168785f,
 # which also has this round's other changes): real 27k HNSW32 ef 512, alpha 0.5 / 1: 1.72 / 1.92x

@@ -15,6 +15,7 @@ from normrank import NormIndex, settings
 from normrank.scoring import norm_weight
 from normrank.search import cache as cache_mod
 from normrank.search.cache import _RECENT_CALLS, CacheBudget, LazyPower, SearchCache
+from normrank.search.faiss_info import index_bytes
 
 D, N = 24, 3000
 ALPHAS = (-1.5, -1.0, -0.5, 0.5, 1.0, 2.0)
@@ -73,6 +74,15 @@ def test_alternating_alphas_keep_the_first_array_and_read_the_others_lazily():
     assert len(cache.lazies) <= settings.WEIGHT_CACHE_ENTRIES
 
 
+def test_an_array_larger_than_the_budget_is_never_kept():
+    base = np.random.default_rng(5).lognormal(0.8, 0.4, N).astype(np.float32)
+    cache = SearchCache(lambda: CacheBudget(weights=4 * N - 1, prefix=0, codes=0))
+    for _ in range(2 * _RECENT_CALLS):
+        assert isinstance(cache.ann_weights(base, -1.0), LazyPower)
+        np.testing.assert_array_equal(cache.power(base, 0.5), norm_weight(base, 0.5))
+    assert not cache.powers and cache.nbytes == 0
+
+
 def test_a_budget_that_holds_every_alpha_keeps_every_alpha():
     base = np.random.default_rng(5).lognormal(0.8, 0.4, N).astype(np.float32)
     cache = SearchCache(lambda: CacheBudget(weights=4 * N * len(ALPHAS), prefix=0, codes=0))
@@ -91,18 +101,20 @@ def _index(kind: str, x: np.ndarray) -> NormIndex:
     return idx
 
 
+@pytest.mark.parametrize("arrays", [1, 0])
 @pytest.mark.parametrize("kind", ["HNSW16", "IVF16,Flat", "HNSW16,SQ8"])
-def test_alternating_alphas_give_the_results_of_a_roomy_cache(kind, monkeypatch):
+def test_alternating_alphas_give_the_results_of_a_roomy_cache(kind, arrays, monkeypatch):
     """Single queries and batches at alphas in a random order, on an index whose weights budget
-    is nothing (the first alpha's array only) against the same index with every cache at its
-    cap: the same ids and scores bit for bit, numpy's top-k on the float rows; and after the
-    first round no call computes a whole array of n powers for a single query."""
+    holds ``arrays`` whole arrays against the same index with every cache at its cap: the same
+    ids and scores bit for bit, numpy's top-k on the float rows; and after the first rounds a
+    single query computes a whole array of n powers only where it is then kept."""
     rng = np.random.default_rng(6)
     x, q = clustered(N, D, rng), clustered(12, D, rng)
     base = _index(kind, x)
     monkeypatch.setattr(settings, "CACHE_FRACTION", float("inf"))
     roomy = NormIndex.from_state(base.to_state())
-    monkeypatch.setattr(settings, "CACHE_FRACTION", 0)
+    # weights: an eighth of the budget (CACHE_SPLIT), room for ``arrays`` arrays of N float32
+    monkeypatch.setattr(settings, "CACHE_FRACTION", 8 * (arrays * 4 * N + 64) / index_bytes(base.faiss_index))
     monkeypatch.setattr(settings, "FLOAT_ROWS_MIN_CACHE_BYTES", 0)
     tight = NormIndex.from_state(base.to_state())
     for idx in (roomy, tight):
@@ -132,7 +144,7 @@ def test_alternating_alphas_give_the_results_of_a_roomy_cache(kind, monkeypatch)
         np.testing.assert_array_equal(s0, s1)
         if "SQ8" not in kind:
             assert_same_topk(*brute_force(x, qs, alpha), s1, i1, 10, tol=2e-5)
-    assert len(tight._cache.powers) == 1
+    assert len(tight._cache.powers) == arrays
     # Single queries read their weights lazily but where they take over the kept array (its alpha
     # unread for _RECENT_CALLS calls); a batch that takes the flat product computes its whole
     # array for the call (amortized over its queries).

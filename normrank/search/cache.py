@@ -53,8 +53,8 @@ _RECENT_CALLS = 16
 @dataclass(frozen=True)
 class CacheBudget:
     """Bytes one index state's bounded caches may hold: ``weights`` (every cached ``w**alpha``;
-    the first alpha's is kept even beyond it: :meth:`SearchCache.ann_weights`), ``prefix`` (the scan's float32 copy of its first
-    rows) and ``codes`` (their int8 codes), both split between the signs of alpha by
+    an alpha whose array does not fit is read lazily: :meth:`SearchCache.ann_weights`),
+    ``prefix`` (the scan's float32 copy of its first rows) and ``codes`` (their int8 codes), both split between the signs of alpha by
     :meth:`SearchCache.sign_share` (a PostgreSQL client's copy of fetched rows too)."""
 
     weights: int
@@ -149,7 +149,7 @@ class SearchCache:
 
     Attributes:
         powers: ``w**alpha`` (float32, by storage position) per alpha: at most
-            ``WEIGHT_CACHE_ENTRIES``, within the budget's ``weights`` (the first even beyond it);
+            ``WEIGHT_CACHE_ENTRIES``, within the budget's ``weights``;
             one used within the last ``_RECENT_CALLS`` weight requests is kept, and an alpha that
             does not fit beside those is computed per call (:meth:`power`) or read lazily
             (:meth:`ann_weights`, :class:`LazyPower`).
@@ -244,17 +244,16 @@ class SearchCache:
     def _admit(self, nbytes: int) -> bool:
         """Whether a new alpha's powers (``nbytes``) may be kept: where they fit the budget's
         ``weights`` beside the alphas kept, after dropping (least recently used first) those
-        not read within the last ``_RECENT_CALLS`` requests; the first is kept even beyond the
-        budget (the alpha in use)."""
+        not read within the last ``_RECENT_CALLS`` requests. An alpha whose array does not fit
+        even alone (compressed codes: IVF-PQ48's budget is ~0.3 B a document) is never kept."""
+        room = self.budget.weights
         held = sum(p.nbytes for p in self.powers.values())
-        while self.powers and (
-            held + nbytes > self.budget.weights or len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES
-        ):
+        while self.powers and (held + nbytes > room or len(self.powers) >= settings.WEIGHT_CACHE_ENTRIES):
             lru = min(self.powers, key=lambda a: self.used.get(a, 0))
             if self.calls - self.used.get(lru, 0) < _RECENT_CALLS:
                 return False  # a recent alpha stays; the new one is not kept
             held -= self.powers.pop(lru).nbytes
-        return True
+        return held + nbytes <= room
 
     def weight_range(self, base: np.ndarray, alpha: float) -> tuple[float, float]:
         """``(smallest, largest)`` of ``base**alpha`` without a pass over the weights: the

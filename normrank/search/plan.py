@@ -112,10 +112,10 @@ class SearchStats:
             certified.
         cache_bytes: bytes the index's search cache holds after the search (PostgreSQL: the
             client's copy of the table, ids, weights and the vectors read so far).
-        cache_budget_bytes: the budget of that cache's bounded parts (weights of the alphas not
-            in use, the scan's prefix copy and int8 codes: :func:`normrank.search.cache.cache_budget`);
-            ``cache_bytes`` also counts the per-document parts beside it (weight order, id table,
-            the first alpha's weights: 4 bytes a document each). PostgreSQL: the client's whole
+        cache_budget_bytes: the budget of that cache's bounded parts (the weights of the alphas
+            kept, the scan's prefix copy and int8 codes: :func:`normrank.search.cache.cache_budget`);
+            ``cache_bytes`` also counts the per-document parts beside it (weight order, id table:
+            4 bytes a document each; an IVF's row reader, 8). PostgreSQL: the client's whole
             budget (:data:`normrank.settings.PG_CLIENT_CACHE_BYTES`), ``cache_bytes`` within it.
         groups: for a call with several alphas (one per query), each alpha's own stats; the
             fields above then aggregate them (``depth``, ``scanned``, ``rounds``: the largest;
