@@ -83,6 +83,15 @@ METHODS = (
     "brute-force",
 )
 NORMRANK = ("normrank", "normrank/overfetch")  # the families whose points carry certificates
+# The 1M set: scale.py's cached builds (``scale.py --build-only``; an HNSW32 build of 1M takes ~18
+# minutes here), its generated vectors and queries. (name, factory, kind, efSearch, alphas); no
+# SQ8 build at 1M, and no baked index or bands (another 1M build each).
+LABEL_1M = "generated-1m"
+SCALE_1M = (
+    ("IVF4096,Flat", "IVF4096,Flat", "ivf", None, ALPHAS),
+    ("IVF4096,PQ48", "IVF4096,PQ48", "ivf", None, CODE_ALPHAS),
+    ("HNSW32 ef512", "HNSW32", "hnsw", 512, ALPHAS),
+)
 
 
 # -- the methods (pure: each returns positions (nq, K), -1 padded) ------------------------------
@@ -170,6 +179,38 @@ def load_sets(quick: bool) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], st
     return [*sets, ("generated-100k", x100k, q100k)], source
 
 
+def load_1m() -> tuple[np.ndarray, np.ndarray]:
+    """scale.py's 1M documents (seed 2) and its 100 queries (seed 7), regenerated."""
+    from memory import _vectors
+    from scale import BLOCK, NQ, D
+
+    x = np.concatenate(list(_vectors(np, 1_000_000, D, seed=2, block=BLOCK)))
+    return x, next(_vectors(np, NQ, D, seed=7))
+
+
+def load_1m_index(factory: str, x: np.ndarray) -> dict:
+    """scale.py's cached build of ``factory`` (as build_indexes returns it: NormIndex over the
+    plain FAISS index, and IndexRefineFlat over it and ``x``)."""
+    from scale import D, cache_dir, load_normindex
+
+    path = cache_dir(factory, x.shape[0], D, 2)
+    if not (path / "build.json").exists():
+        raise SystemExit(
+            f"{path}: no 1M build; run `nice -n 19 python benchmarks/scale.py --build-only` first"
+        )
+    t0 = time.perf_counter()
+    ni, _ = load_normindex(path / "normindex")
+    refine = faiss.IndexRefineFlat(ni.faiss_index, faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)))
+    refine.own_fields = False
+    return {
+        "baked": None,
+        "banded": None,
+        "ni": ni,
+        "refine": refine,
+        "build_s": {"load": time.perf_counter() - t0},
+    }
+
+
 def shuffled(queries: np.ndarray) -> np.ndarray:
     """The queries in a fixed random order (the first of each corpus are not all measured)."""
     return queries[np.random.default_rng(0).permutation(queries.shape[0])].astype(np.float32)
@@ -190,12 +231,25 @@ class Config:
     kprimes: tuple[int, ...] = KPRIMES
 
 
-def configs(label: str, n: int, quick: bool) -> list[Config]:
+def configs(label: str, n: int, quick: bool, grid: str = "lean") -> list[Config]:
     """HNSW32 at efSearch 64 and 512 (the largest real set: 64 only), IVF-Flat at nlist 4 sqrt(n)
     (nprobe: the first on the ladder with plain cosine recall >= 0.995) on every set; on generated
     sets also IVF-PQ48 (the same ladder, or the narrowest nprobe within 0.002 of the best it
-    reaches) and HNSW32,SQ8 (efSearch as HNSW32's)."""
+    reaches) and HNSW32,SQ8 (efSearch as HNSW32's). ``grid="full"`` adds what the lean grid cuts
+    (efSearch 512 on the largest real set, every alpha on every index); the 1M set is scale.py's
+    cached indexes (``SCALE_1M``)."""
+    if label == LABEL_1M:
+        return [
+            Config(name, factory, kind, ef, alphas, False, False, KPRIMES_LEAN)
+            for name, factory, kind, ef, alphas in SCALE_1M
+        ]
     nlist = int(4 * np.sqrt(n))
+    if grid == "full" and not quick:
+        lean = configs(label, n, quick)
+        out = [Config(c.name, c.factory, c.kind, c.ef, ALPHAS, c.baked, c.banded, c.kprimes) for c in lean]
+        if label.startswith("real") and n > 20_000:
+            out.append(Config("HNSW32 ef512", "HNSW32", "hnsw", 512, ALPHAS, False, False, KPRIMES_LEAN))
+        return out
     if quick:
         alphas = codes = (-1.0, 1.0)
         efs, kps, lean = (64,), (10, 100, 1000), (10, 100, 1000)
@@ -272,10 +326,13 @@ def build_indexes(x: np.ndarray, cfg: Config) -> dict:
 def ivf_point(index: faiss.Index, xu: np.ndarray, qu: np.ndarray, nlist: int) -> tuple[int, float]:
     """nprobe on the ladder {nlist/8, /4, /2, 3/4}: the first with plain cosine recall >= 0.995
     (speed.operating_point's choice); where none reaches it (PQ), the narrowest within 0.002 of
-    the best recall on the ladder. Set on ``index``; returns (nprobe, plain cosine recall)."""
+    the best recall on the ladder. From 2048 lists (the 1M set's 4096) the ladder starts at
+    nlist/64: nlist/8 would probe an eighth of a million documents. Set on ``index``; returns
+    (nprobe, plain cosine recall)."""
     ref = exact_top(xu, np.ones(xu.shape[0]), qu, 0.0)
     got = []
-    for value in [max(8, nlist * f // 8) for f in (1, 2, 4, 6)]:
+    eighths = (1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 6) if nlist >= 2048 else (1, 2, 4, 6)
+    for value in [max(8, int(nlist * f) // 8) for f in eighths]:
         speed.set_params(index, "ivf", value)
         got.append((value, recall(index.search(qu, K)[1], ref)))
         if got[-1][1] >= TARGET:
@@ -371,15 +428,17 @@ def methods_for(built: dict, x, xu, norms, alpha, cfg: Config) -> dict[str, dict
     return pts
 
 
-def measure(label, x, q, cfg: Config, args, rows, stats, built: dict, meta: dict) -> None:
-    """Every point of every method at every alpha on one (set, index) pair: recall of single
+def measure(label, x, q, cfg: Config, alphas, args, rows, stats, built: dict, meta: dict) -> None:
+    """Every point of every method at each of ``alphas`` on one (set, index) pair: recall of single
     queries (the results of the timed calls) and of the batch, us per query single and batched,
     ratios to plain in the same interleaved rounds, and normrank's certificates.
     ``built``: indexes by (set, factory), so that both efSearch values search the same graph."""
     xu, norms = unit(x), np.linalg.norm(x, axis=1)
     if (label, cfg.factory) not in built:
         built.clear()  # one index (and its companions) in memory at a time
-        built[label, cfg.factory] = build_indexes(x, cfg)
+        built[label, cfg.factory] = (
+            load_1m_index(cfg.factory, x) if label == LABEL_1M else build_indexes(x, cfg)
+        )
         by = meta["build_s"].setdefault(label, {})
         # (a second build of the same factory, without the baked index or the bands, keeps the first's)
         by[cfg.factory if cfg.factory not in by else f"{cfg.factory} again"] = built[label, cfg.factory][
@@ -389,7 +448,7 @@ def measure(label, x, q, cfg: Config, args, rows, stats, built: dict, meta: dict
     plain = b["ni"].faiss_index
     # Batches of 50 above 20k documents (cut to fit the run: batch timing was 2/3 of its time).
     qb, q1 = q[: args.nq_batch if x.shape[0] <= 20_000 else args.nq_batch // 2], q[: args.nq_single]
-    nlist = int(4 * np.sqrt(x.shape[0]))
+    nlist = faiss.extract_index_ivf(plain).nlist if cfg.kind == "ivf" else None
     if cfg.kind == "hnsw":
         speed.set_params(plain, "hnsw", cfg.ef)
         cos_rec = recall(plain.search(unit(qb), K)[1], exact_top(xu, np.ones_like(norms), unit(qb), 0.0))
@@ -402,7 +461,7 @@ def measure(label, x, q, cfg: Config, args, rows, stats, built: dict, meta: dict
     if b["banded"] is not None:
         set_band_breadth(b["banded"], cfg.kind, cfg.ef, value, nlist)
     print(f"{label} {cfg.name}: {breadth}, plain cosine recall {cos_rec:.4f}", flush=True)
-    for alpha in cfg.alphas:
+    for alpha in alphas:
         pts = methods_for(b, x, xu, norms, alpha, cfg)
         ref, ref1 = exact_top(xu, norms, unit(qb), alpha), exact_top(xu, norms, unit(q1), alpha)
         recs, cert = {}, {}
@@ -457,6 +516,7 @@ def measure(label, x, q, cfg: Config, args, rows, stats, built: dict, meta: dict
                     nq_batch=len(qb),  # fewer than asked where the set has fewer queries
                     us_100=1e6 * tb.median(p) / len(qb),
                     ratio_100=tb.median(p) / tb.median("plain"),
+                    run=args.run_date,  # which of meta["runs"] measured the row
                 )
             )
         this = {r["point"]: r for r in rows[-len(pts) :]}
@@ -523,9 +583,19 @@ def chart(rows: list[dict], label: str, path: Path) -> None:
     }
     for i, idx in enumerate(idxs):
         here = [r for r in mine if r["index"] == idx]
-        # The region that matters (lower points are in the JSON); lower where the codes cap recall.
+        # The region that matters (lower points are in the JSON, and named in the panel); lower
+        # where the codes cap recall, so that every panel's best point but brute force's shows.
         bottom = min(
-            0.9, max(r.get("recall_1", r["recall"]) for r in here if r["method"] != "brute-force") - 0.1
+            0.9,
+            min(
+                max(
+                    r.get("recall_1", r["recall"])
+                    for r in here
+                    if r["alpha"] == a and r["method"] != "brute-force"
+                )
+                for a in {r["alpha"] for r in here}
+            )
+            - 0.1,
         )
         for j, a in enumerate(alphas):
             ax = axes[i][j]
@@ -543,6 +613,27 @@ def chart(rows: list[dict], label: str, path: Path) -> None:
                         lw=1,
                         label=m,
                     )
+            below = [
+                f"{m} ≤ {top:.2f}"
+                for m in METHODS
+                if (
+                    top := max(
+                        (r.get("recall_1", r["recall"]) for r in here if r["alpha"] == a and family(r) == m),
+                        default=None,
+                    )
+                )
+                is not None
+                and top < bottom
+            ]
+            if below:  # families whose every point is under the panel
+                ax.text(
+                    0.03,
+                    0.03,
+                    "below:\n" + "\n".join(below),
+                    transform=ax.transAxes,
+                    fontsize=5.5,
+                    va="bottom",
+                )
             if not any(r["alpha"] == a for r in here):
                 ax.set_visible(False)  # (fewer alphas on compressed codes)
             ax.axhline(TARGET, color="0.6", lw=0.6, ls="--")
@@ -589,6 +680,7 @@ def table(result: dict) -> str:
         f"{meta['reps']} rounds, medians. normrank cells add *cert*: the share of those queries whose "
         "`SearchStats.certified` is true.",
         "",
+        *runs_lines(meta),
         "Norm spread (‖d‖ p5 / p50 / p95): "
         + "; ".join(
             f"{s}: {v['p5']:.2f} / {v['p50']:.2f} / {v['p95']:.2f} (n = {v['n']})"
@@ -658,6 +750,23 @@ def table(result: dict) -> str:
                 f"| {'—' if one_cert is None else f'{one_cert:.2f}'} |"
             )
     return "\n".join(out) + "\n"
+
+
+def runs_lines(meta: dict) -> list[str]:
+    """Where rows came from more than one run (``--resume``): each run's command, date and load."""
+    runs = meta.get("runs", [])
+    if len(runs) < 2:
+        return []
+    out = ["Runs (each row's `run` in the JSON names its run; a later run builds its indexes again):", ""]
+    for r in runs:
+        load = (
+            f"{r['load_start'][0]:.2f} → {r['load_end'][0]:.2f}"
+            if r.get("load_end")
+            else f"{r['load_start'][0]:.2f}"
+        )
+        mins = f", {r['minutes']:.0f} min" if r.get("minutes") is not None else ""
+        out.append(f"- `{r['command']}`, {r['date']}, load {load}{mins}")
+    return [*out, ""]
 
 
 def certificates(result: dict, alphas: list[float]) -> list[str]:
@@ -770,7 +879,24 @@ def main() -> None:
     ap.add_argument(
         "--resume",
         action="store_true",
-        help="keep the JSON's results; measure only the (set, index) pairs it lacks",
+        help="keep the JSON's results; measure only the (set, index, alpha) rows it lacks",
+    )
+    ap.add_argument(
+        "--grid",
+        choices=("lean", "full"),
+        default="lean",
+        help="lean: the cut that fits ~25 min; full: also efSearch 512 on the 27k set and every alpha on every index",
+    )
+    ap.add_argument(
+        "--indexes",
+        default="",
+        help="index names to measure, ;-separated (e.g. 'HNSW32 ef512;IVF4096,Flat'; default: every one)",
+    )
+    ap.add_argument(
+        "--sets",
+        default="",
+        help=f"comma list of set labels to measure (default: the real sets and generated-100k; {LABEL_1M}: "
+        "scale.py's cached 1M builds, asked for by name)",
     )
     ap.add_argument("--out", type=Path, default=RESULTS, help="output folder (default benchmarks/results)")
     ap.add_argument(
@@ -789,14 +915,28 @@ def main() -> None:
     args.reps, args.nq_single, args.nq_batch = (1, 10, 40) if args.quick else (3, 50, 100)
     faiss.omp_set_num_threads(1)
     load_start, t0 = os.getloadavg(), time.time()
+    t_run = t0
+    wanted = [s for s in args.sets.split(",") if s]
     sets, source = load_sets(args.quick)
+    if LABEL_1M in wanted:
+        x1m, q1m = load_1m()
+        sets.append((LABEL_1M, x1m, q1m))
+        source += f"; {LABEL_1M}: scale.py's clustered vectors with log-normal norms (memory.py's `_vectors`)"
+    if wanted:
+        unknown = set(wanted) - {label for label, _, _ in sets}
+        if unknown:
+            raise SystemExit(f"--sets: no set {sorted(unknown)}; sets: {[label for label, _, _ in sets]}")
+        sets = [t for t in sets if t[0] in wanted]
     rows, stats = [], []
+    command = " ".join(["python benchmarks/frontier.py", *sys.argv[1:]])
+    this_run = dict(
+        command=command, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_start=load_start
+    )
+    args.run_date = this_run["date"]
     meta = dict(
-        command="python benchmarks/frontier.py"
-        + (" --quick" if args.quick else "")
-        + (" --clock cpu" if args.clock == "cpu" else ""),
+        command=command,
         clock=args.clock,
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        date=this_run["date"],
         cpu=speed.cpu_model(),
         cores=os.cpu_count(),
         faiss=faiss.__version__,
@@ -810,40 +950,48 @@ def main() -> None:
         norms={label: spread(x) for label, x, _ in sets},
         build_s={},
         index_minutes={},
+        runs=[this_run],
     )
     result = {"meta": meta, "rows": rows, "stats": stats}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
     done = set()
-    if args.resume and path.exists():  # a run cut short: its pairs kept, its start and load kept
+    if args.resume and path.exists():  # earlier runs' rows kept; their first start and load kept
         old = json.loads(path.read_text())
         rows += old["rows"]
         stats += old["stats"]
-        done = {(r["set"], r["index"]) for r in old["rows"]}
+        done = {(r["set"], r["index"], r["alpha"]) for r in old["rows"]}
+        om = old["meta"]
         meta.update(
-            {
-                k: old["meta"][k]
-                for k in ("date", "load_start", "build_s", "index_minutes")
-                if k in old["meta"]
-            }
+            {k: om[k] for k in ("command", "date", "load_start", "build_s", "index_minutes") if k in om}
         )
-        meta["resumed"] = [
-            *old["meta"].get("resumed", []),
-            time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        ]
-        t0 -= 60 * old["meta"].get("minutes", 0)
+        meta["norms"] = {**om.get("norms", {}), **meta["norms"]}
+        if LABEL_1M not in wanted and LABEL_1M in om.get("norms", {}):
+            meta["source"] = om["source"]  # (it names the 1M set's data)
+        earlier = om.get("runs") or [
+            dict(command=om["command"], date=om["date"], load_start=om["load_start"], load_end=om.get("load_end"),
+                 minutes=om.get("minutes"))
+        ]  # fmt: skip
+        meta["runs"] = [*earlier, this_run]
+        t0 -= 60 * om.get("minutes", 0)
     built: dict = {}
     for label, x, q in sets:
         print(f"{label}: {meta['norms'][label]}", flush=True)
-        for cfg in configs(label, x.shape[0], args.quick):
-            if (label, cfg.name) in done:
+        for cfg in configs(label, x.shape[0], args.quick, args.grid):
+            alphas = [a for a in cfg.alphas if (label, cfg.name, a) not in done]
+            if not alphas or (args.indexes and cfg.name not in args.indexes.split(";")):
                 continue
             t_cfg = time.time()
-            measure(label, x, q, cfg, args, rows, stats, built, meta)
-            meta["index_minutes"][f"{label} {cfg.name}"] = (time.time() - t_cfg) / 60
+            measure(label, x, q, cfg, alphas, args, rows, stats, built, meta)
+            meta["index_minutes"][
+                f"{label} {cfg.name}" + ("" if len(alphas) == len(cfg.alphas) else f" {alphas}")
+            ] = (time.time() - t_cfg) / 60
             # Written after every index, so that a run cut short still leaves its data.
+            this_run.update(load_end=os.getloadavg(), minutes=(time.time() - t_run) / 60)
             meta.update(load_end=os.getloadavg(), minutes=(time.time() - t0) / 60)
             path.write_text(json.dumps(result, indent=1))
+    meta.setdefault("load_end", os.getloadavg())
+    meta.setdefault("minutes", (time.time() - t0) / 60)
     render(result, args.out, stem)
     print(f"done in {(time.time() - t0) / 60:.1f} min; {args.out / stem}.md", flush=True)
 

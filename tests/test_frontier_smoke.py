@@ -72,3 +72,20 @@ def test_norm_bands_over_exact_indexes_are_exact(docs, alpha):
     banded = frontier.Banded(x, build, lambda m: "Flat", n_bands=frontier.N_BANDS)
     got = banded.search(qu, alpha, frontier.K, start_depth=frontier.K)
     assert recall(got, exact_top(xu, norms, qu, alpha)) == 1.0
+
+
+def test_the_full_grid_adds_what_the_lean_grid_cuts():
+    """``--grid full`` (what ``--resume`` then measures where the JSON lacks it): efSearch 512 on
+    the largest real set and every alpha on every index; the lean grid is unchanged by it."""
+    lean = {c.name: c for c in frontier.configs("real-27k", 27_000, False)}
+    full = {c.name: c for c in frontier.configs("real-27k", 27_000, False, "full")}
+    assert "HNSW32 ef512" not in lean and set(full) == {*lean, "HNSW32 ef512"}
+    for label in ("real-27k", "generated-100k"):
+        lean = frontier.configs(label, 100_000 if label.startswith("gen") else 27_000, False)
+        full = frontier.configs(label, 100_000 if label.startswith("gen") else 27_000, False, "full")
+        assert all(c.alphas == frontier.ALPHAS for c in full)
+        assert [c.name for c in full[: len(lean)]] == [c.name for c in lean]
+        assert any(c.alphas != frontier.ALPHAS for c in lean) == label.startswith("gen")
+    assert [c.name for c in frontier.configs(frontier.LABEL_1M, 10**6, False)] == [
+        name for name, *_ in frontier.SCALE_1M
+    ]
