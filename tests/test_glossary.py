@@ -49,6 +49,15 @@ FUNCTION_CONCEPT = {
     ("normrank.search.plan", "SearchStats.include"): "stats",
     ("normrank.search.plan", "SearchStats.<lambda>"): "stats",  # (its per-query certificates)
     ("normrank.search.cache", "SearchCache.power"): "weight",
+    ("normrank.search.cache", "SearchCache.ann_weights"): "weight",
+    ("normrank.search.cache", "SearchCache._cached"): "weight",
+    ("normrank.search.cache", "SearchCache._admit"): "weight",
+    ("normrank.search.cache", "LazyPower.__init__"): "weight",  # (an alpha whose array does not fit)
+    ("normrank.search.cache", "LazyPower.__getitem__"): "weight",
+    ("normrank.search.cache", "LazyPower.take"): "weight",
+    ("normrank.search.cache", "LazyPower._ends"): "weight",
+    ("normrank.search.cache", "LazyPower.min"): "weight",
+    ("normrank.search.cache", "LazyPower.max"): "weight",
     ("normrank.search.cache", "SearchCache.order"): "weight order",
     ("normrank.search.cache", "SearchCache.id_lookup"): "position",
     ("normrank.search.faiss_info", "search_raw"): "candidates",

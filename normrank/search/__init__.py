@@ -34,7 +34,8 @@ one name each, as the code uses them:
 * **weight**: what a score multiplies the cosine by, ``w = base**alpha``; the ``base`` is the
   raw norm, or the custom base of ``NormIndex.set_bases`` (:func:`normrank.scoring.norm_weight`,
   cached per alpha by :class:`normrank.search.cache.SearchCache`, the index's search cache,
-  dropped by any change of the index).
+  within its budget, dropped by any change of the index; an alpha whose array does not fit is
+  read lazily, :class:`~normrank.search.cache.LazyPower`).
 * **weight order**: the documents by decreasing weight for one sign of alpha
   (:class:`normrank.search.weight_order.WeightOrder`; ``positions``: their storage positions in
   that order, a view of one int32 argsort), with what a scan keeps of it (weight samples, a copy

@@ -54,8 +54,9 @@ _RECENT_CALLS = 16
 class CacheBudget:
     """Bytes one index state's bounded caches may hold: ``weights`` (every cached ``w**alpha``;
     an alpha whose array does not fit is read lazily: :meth:`SearchCache.ann_weights`),
-    ``prefix`` (the scan's float32 copy of its first rows) and ``codes`` (their int8 codes), both split between the signs of alpha by
-    :meth:`SearchCache.sign_share` (a PostgreSQL client's copy of fetched rows too)."""
+    ``prefix`` (the scan's float32 copy of its first rows) and ``codes`` (their int8 codes),
+    both split between the signs of alpha by :meth:`SearchCache.sign_share` (a PostgreSQL
+    client's copy of fetched rows too)."""
 
     weights: int
     prefix: int
@@ -149,10 +150,12 @@ class SearchCache:
 
     Attributes:
         powers: ``w**alpha`` (float32, by storage position) per alpha: at most
-            ``WEIGHT_CACHE_ENTRIES``, within the budget's ``weights``;
-            one used within the last ``_RECENT_CALLS`` weight requests is kept, and an alpha that
-            does not fit beside those is computed per call (:meth:`power`) or read lazily
-            (:meth:`ann_weights`, :class:`LazyPower`).
+            ``WEIGHT_CACHE_ENTRIES``, within the budget's ``weights``; one read within the last
+            ``_RECENT_CALLS`` weight requests is kept, and an alpha that does not fit beside
+            those is computed per call (:meth:`power`) or read lazily (:meth:`ann_weights`,
+            :class:`LazyPower`).
+        used, calls: the weight request that last read each alpha, and the requests so far.
+        lazies: one :class:`LazyPower` per alpha read lazily (the scan's samples key on it).
         ascending: storage positions by ascending weight base (int32), both signs' order.
         orders: one :class:`~normrank.search.weight_order.WeightOrder` per sign of alpha (views of
             ``ascending`` and the row source, a 1/64 weight sample, a contiguous copy of the
