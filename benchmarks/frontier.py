@@ -200,13 +200,11 @@ def load_1m_index(factory: str, x: np.ndarray) -> dict:
         )
     t0 = time.perf_counter()
     ni, _ = load_normindex(path / "normindex")
-    refine = faiss.IndexRefineFlat(ni.faiss_index, faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)))
-    refine.own_fields = False
     return {
         "baked": None,
         "banded": None,
         "ni": ni,
-        "refine": refine,
+        "refine": refine_over(ni, x),
         "build_s": {"load": time.perf_counter() - t0},
     }
 
@@ -281,6 +279,14 @@ def configs(label: str, n: int, quick: bool, grid: str = "lean") -> list[Config]
     ]
 
 
+def refine_over(ni: NormIndex, x: np.ndarray) -> faiss.IndexRefineFlat:
+    """The alpha = 1 score exactly: FAISS's IndexRefineFlat over ``ni``'s index and the raw
+    vectors (ids 0..n-1 are positions)."""
+    refine = faiss.IndexRefineFlat(ni.faiss_index, faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)))
+    refine.own_fields = False  # the base belongs to NormIndex
+    return refine
+
+
 def ivf_factory(m: int) -> str:
     """A band's IVF-Flat: nlist 4 sqrt(m), as the whole set's."""
     return f"IVF{max(4, int(4 * np.sqrt(m)))},Flat"
@@ -305,9 +311,7 @@ def build_indexes(x: np.ndarray, cfg: Config) -> dict:
         ni.train(x[sample])
     ni.add(x)
     secs["index"] = time.perf_counter() - t0
-    # The alpha = 1 score exactly: IndexRefineFlat over the raw vectors (ids 0..n-1 are positions).
-    refine = faiss.IndexRefineFlat(ni.faiss_index, faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)))
-    refine.own_fields = False  # the base belongs to NormIndex
+    refine = refine_over(ni, x)
     if cfg.baked:
         t0 = time.perf_counter()
         out["baked"] = speed.build(
@@ -974,12 +978,18 @@ def main() -> None:
         ]  # fmt: skip
         meta["runs"] = [*earlier, this_run]
         t0 -= 60 * om.get("minutes", 0)
+    wanted_indexes = {i for i in args.indexes.split(";") if i}
+    known = {c.name for label, x, _ in sets for c in configs(label, x.shape[0], args.quick, args.grid)}
+    if wanted_indexes - known:  # (a name that matches nothing would measure nothing, silently)
+        raise SystemExit(
+            f"--indexes: no index {sorted(wanted_indexes - known)} in these sets; indexes: {sorted(known)}"
+        )
     built: dict = {}
     for label, x, q in sets:
         print(f"{label}: {meta['norms'][label]}", flush=True)
         for cfg in configs(label, x.shape[0], args.quick, args.grid):
             alphas = [a for a in cfg.alphas if (label, cfg.name, a) not in done]
-            if not alphas or (args.indexes and cfg.name not in args.indexes.split(";")):
+            if not alphas or (wanted_indexes and cfg.name not in wanted_indexes):
                 continue
             t_cfg = time.time()
             measure(label, x, q, cfg, alphas, args, rows, stats, built, meta)

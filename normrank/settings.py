@@ -70,7 +70,8 @@ PROGRESS_LINE_MIN_SECONDS = 1.0
 # IVF-PQ48 (~56 B/doc) the budget (2.8 B/doc) holds no weights (4 B/doc an alpha): the scan reads
 # them lazily, its candidates' and scanned ranks' only (SearchCache.ann_weights).
 # Split by CACHE_SPLIT (normrank.search.cache.cache_budget); all of it to the weights where the
-# index is flat (no scan). math.inf: the absolute caps only; 0: every cache off. Read at each index state's first search, so it can be set at run time.
+# index is flat (no scan). math.inf: the absolute caps only; 0: every cache off. Read at each
+# index state's first search, so it can be set at run time.
 CACHE_FRACTION = 0.05
 # (weights, prefix copy, scan codes): the shares of an index's cache budget. The codes (a quarter
 # of a row's bytes: 4x the rows per byte) are what single queries read first, and a single
@@ -102,8 +103,8 @@ SEARCH_CACHE_BYTES = 64 << 20
 # contiguous float32 copy, up to this many bytes in all, whatever the index size, split between the
 # signs of α by their norm tails (SearchCache.sign_share: a quarter to three quarters each):
 # 384-d, ~10.9k rows in all, ~5.5k a sign at equal tails (the whole scan of a single query up to
-# ~20k documents; at 1M documents 17 bytes a document, at 10M 1.7). Rows past it are read where FAISS keeps them, at
-# ~1.8x the cost a row (8.4k real MiniLM, HNSW32: 4 -> 16 MiB took 10-20% off a single query at
+# ~20k documents; at 1M documents 17 bytes a document, at 10M 1.7). Rows past it are read where
+# FAISS keeps them, at ~1.8x the cost a row (8.4k real MiniLM, HNSW32: 4 -> 16 MiB took 10-20% off a single query at
 # alpha != 0). Read at each index state's first scan, so it can be set at run time
 # (``normrank.settings.SCAN_PREFIX_BYTES = 0`` turns it off: rows read in place only).
 SCAN_PREFIX_BYTES = 16 << 20
@@ -111,7 +112,8 @@ SCAN_PREFIX_BYTES = 16 << 20
 # of the bytes, the same results): up to this many bytes of codes in all (split as the copy), d
 # bytes a row: 384-d, ~87k rows in all, ~65k to α > 0 for MiniLM-like norms (100k MiniLM-like
 # vectors, IVF1264 nprobe 316, alpha = 1: a tenth of the queries scan 35k-48k rows; past the
-# codes they read rows at ~0.4 us each). Written only as far as scans read; read at each index state's first scan (0: none).
+# codes they read rows at ~0.4 us each). Written only as far as scans read; read at each index
+# state's first scan (0: none).
 SCAN_CODES_BYTES = 32 << 20
 # The client-side band of the PostgreSQL backend (normrank.backends.pgvector_band.ClientCopy):
 # all it holds of a table (ids, weight bases, weight order, weights per alpha, vectors copied)
